@@ -1,0 +1,62 @@
+"""Command-line entry: builds the parser from the command modules and is the only place that exits.
+
+Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 plan/check found changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+
+from vllmctl import __version__
+from vllmctl.commands import COMMAND_MODULES
+from vllmctl.console import Ui
+from vllmctl.errors import EXIT_FAILURE, VllmctlError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllmctl",
+        description="Declarative provisioning for GPU fleets serving LLMs (vLLM, SGLang).",
+        epilog="Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 plan/check found changes.",
+    )
+    parser.add_argument("--version", action="version", version=f"vllmctl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def _write_debug_log(exc: BaseException) -> str:
+    directory = os.environ.get("VLLMCTL_LOG_DIR") or tempfile.gettempdir()
+    fd, path = tempfile.mkstemp(prefix="vllmctl-debug-", suffix=".log", dir=directory)
+    with os.fdopen(fd, "w") as handle:
+        handle.write("".join(traceback.format_exception(exc)))
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ui = Ui()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args, ui)
+        return code
+    except VllmctlError as exc:
+        ui.error(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        ui.error("interrupted")
+        return 130
+    except Exception as exc:  # the one place a bug becomes a message and a log, never a traceback
+        path = _write_debug_log(exc)
+        ui.error(f"unexpected internal error: {type(exc).__name__}: {exc}\n  hint: details in {path}")
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

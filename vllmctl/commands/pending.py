@@ -1,0 +1,37 @@
+"""Commands whose capability is not built yet: they say so plainly and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+
+from vllmctl.console import Ui
+from vllmctl.errors import NotBuiltError
+
+PENDING: dict[str, tuple[str, str]] = {
+    "validate": ("check an inventory and report every problem", "issue #2"),
+    "plan": ("show the planned engine flags and memory per host and model", "issue #3"),
+    "estimate": ("predict vLLM's memory for one model on one GPU", "issue #3"),
+    "lab": ("run a local fleet of real container hosts", "issue #4"),
+    "facts": ("gather and show host facts", "issue #5"),
+    "apply": ("converge the fleet", "issue #5"),
+    "rollback": ("re-activate a known-good release", "issue #7"),
+    "history": ("list releases per host", "issue #7"),
+    "status": ("show fleet serving status", "issue #8"),
+}
+
+
+def _register_one(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
+    summary, issue = PENDING[name]
+    parser = sub.add_parser(name, help=f"{summary} (not built yet)")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(args: argparse.Namespace, ui: Ui) -> int:
+        raise NotBuiltError(name, issue)
+
+    parser.set_defaults(func=run)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name in PENDING:
+        if name not in sub.choices:
+            _register_one(sub, name)
