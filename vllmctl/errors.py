@@ -15,7 +15,7 @@ EXIT_CHANGES = 3
 
 @dataclass(frozen=True)
 class Location:
-    """A place in a user's file; line and column are 1-based, path is the field path (e.g. models.llama.port)."""
+    """A place in a user's file: 1-based line and column, and the field path (e.g. models.llama.port)."""
 
     file: str
     line: int | None = None
