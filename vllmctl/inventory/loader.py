@@ -1,0 +1,139 @@
+"""load_inventory: file → YAML with positions → schema → semantic checks → typed Inventory.
+
+Every problem in every file read is collected and raised together as one InvalidInputError.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from vllmctl.errors import InvalidInputError, Problem
+from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
+from vllmctl.inventory.checks import Checker, Resolved, mapping, merge_host
+from vllmctl.inventory.model import (
+    DriverSpec,
+    EngineSpec,
+    GpuSpec,
+    Host,
+    Inventory,
+    ModelDeployment,
+    SecretRef,
+    SshSettings,
+)
+from vllmctl.inventory.scan import scan_strings
+from vllmctl.inventory.schema import schema_problems
+from vllmctl.inventory.source import SourceDoc, read_yaml
+
+
+def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
+    reference = mapping(doc.data).get("ansible_inventory")
+    if not isinstance(reference, str) or not reference:
+        return AnsibleImport()
+    target = os.path.join(os.path.dirname(doc.file), os.path.expanduser(reference))
+    if not os.path.isfile(target):
+        problems.append(
+            Problem(
+                doc.location(("ansible_inventory",)),
+                f"Ansible inventory '{reference}' not found (looked for {target})",
+                "the path is relative to this inventory file",
+            )
+        )
+        return AnsibleImport()
+    try:
+        ansible_doc = read_yaml(target)
+    except InvalidInputError as exc:
+        problems.extend(exc.problems)
+        return AnsibleImport()
+    imported = import_ansible(ansible_doc)
+    problems.extend(ansible_doc.problems)
+    problems.extend(imported.problems)
+    problems.extend(scan_strings(ansible_doc, ignored_var, vault_ok=True))
+    return imported
+
+
+def _host(name: str, merged: dict[str, Any]) -> Host:
+    ssh = dict(merged["ssh"])
+    if "connect_timeout_s" in ssh:
+        ssh["connect_timeout_s"] = float(ssh["connect_timeout_s"])
+    driver = dict(merged["driver"])
+    if driver.get("branch") is not None:
+        driver["branch"] = str(driver["branch"])
+    gpus = merged.get("gpus")
+    return Host(
+        name=name,
+        address=str(merged["address"]),
+        ssh=SshSettings(**ssh),
+        gpus=GpuSpec(**gpus) if isinstance(gpus, dict) else None,
+        driver=DriverSpec(**driver),
+        engine=EngineSpec(**merged["engine"]),
+        vars=dict(merged["vars"]),
+    )
+
+
+def _model(
+    name: str, body: dict[str, Any], hosts: tuple[str, ...], defaults: dict[str, Any]
+) -> ModelDeployment:
+    override = body.get("engine")
+    engine = (
+        EngineSpec(**{**mapping(defaults.get("engine")), **override}) if isinstance(override, dict) else None
+    )
+    return ModelDeployment(
+        name=name,
+        source=body["source"],
+        hosts=hosts,
+        port=body.get("port", 8000),
+        profile=body.get("profile", "balanced"),
+        max_model_len=body.get("max_model_len"),
+        allow_context_shrink=body.get("allow_context_shrink", False),
+        engine=engine,
+        engine_args=dict(mapping(body.get("engine_args"))),
+        slo={key: float(value) for key, value in mapping(body.get("slo")).items()},
+        revision=body.get("revision"),
+    )
+
+
+def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
+    data = mapping(doc.data)
+    defaults = mapping(data.get("defaults"))
+    models = {
+        name: _model(name, body, resolved.model_hosts.get(name, ()), defaults)
+        for name, body in mapping(data.get("models")).items()
+    }
+    secrets = {
+        name: SecretRef(name, env=body.get("env"), file=body.get("file"))
+        for name, body in mapping(data.get("secrets")).items()
+    }
+    return Inventory(
+        path=doc.file,
+        hosts={name: _host(name, merged) for name, merged in resolved.hosts.items()},
+        groups=dict(resolved.groups),
+        models=models,
+        secrets=secrets,
+    )
+
+
+def _load_ansible_only(doc: SourceDoc) -> Inventory:
+    imported = import_ansible(doc)
+    problems = [*doc.problems, *imported.problems, *scan_strings(doc, ignored_var, vault_ok=True)]
+    if problems:
+        raise InvalidInputError(problems)
+    hosts = {name: _host(name, merge_host(name, {}, settings)) for name, settings in imported.hosts.items()}
+    groups = {name: tuple(members) for name, members in imported.groups.items() if name not in hosts}
+    return Inventory(path=doc.file, hosts=hosts, groups=groups, models={})
+
+
+def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read and check an inventory (or a plain Ansible YAML inventory); raise every problem at once."""
+    doc = read_yaml(path)
+    if looks_like_ansible(doc.data):
+        return _load_ansible_only(doc)
+    problems = [*doc.problems, *schema_problems(doc)]
+    problems.extend(scan_strings(doc))
+    imported = _read_ansible(doc, problems)
+    checker = Checker(doc, imported)
+    resolved = checker.run()
+    problems.extend(checker.problems)
+    if problems:
+        raise InvalidInputError(problems)
+    return _build(doc, resolved)
