@@ -1,0 +1,214 @@
+"""Parameter choice per profile: TP, replicas, explicit args, fp8-KV and eager fallbacks, the infeasible
+error, SGLang plans, and whole-inventory planning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllmctl.catalog.gpus import lookup_gpu
+from vllmctl.catalog.loader import load_arch
+from vllmctl.errors import InputError, PlanError
+from vllmctl.inventory.model import (
+    DriverSpec,
+    EngineSpec,
+    GpuSpec,
+    Host,
+    Inventory,
+    ModelDeployment,
+    SshSettings,
+)
+from vllmctl.planner import DeploymentRequest, plan_deployment
+from vllmctl.planner.inventory_plan import plan_inventory
+from vllmctl.planner.versions import parse_version
+from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+
+H100 = lookup_gpu("H100-80GB")
+L4 = lookup_gpu("L4")
+
+
+def test_throughput_on_eight_gpus_runs_eight_replicas_of_a_small_model() -> None:
+    plan = plan_deployment(
+        load_arch("meta-llama/Llama-3.1-8B"), H100, 8, DeploymentRequest(profile="throughput")
+    )
+    assert plan.engine_args["tensor_parallel_size"] == 1
+    assert [r.gpu_indices for r in plan.replicas] == [(i,) for i in range(8)]
+    assert [r.port for r in plan.replicas] == list(range(8000, 8008))
+    assert plan.engine_args["max_num_batched_tokens"] == 16384
+    assert plan.engine_args["gpu_memory_utilization"] >= 0.9
+    assert all(d.reason for d in plan.reasons)
+    json.dumps(plan.to_json())
+
+
+def test_smallest_tp_that_holds_the_context_then_replicas() -> None:
+    plan = plan_deployment(load_arch("meta-llama/Llama-3.3-70B-Instruct"), H100, 8, DeploymentRequest())
+    assert plan.engine_args["tensor_parallel_size"] == 4
+    assert [r.gpu_indices for r in plan.replicas] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    reason = plan.reason_for("tensor_parallel_size")
+    assert reason is not None and "TP=2 could not hold" in reason.reason
+
+
+def test_requested_concurrency_can_force_wider_tp() -> None:
+    arch = load_arch("meta-llama/Llama-3.1-8B")
+    assert plan_deployment(arch, H100, 8, DeploymentRequest()).engine_args["tensor_parallel_size"] == 1
+    wide = plan_deployment(arch, H100, 8, DeploymentRequest(concurrency=5))
+    assert wide.engine_args["tensor_parallel_size"] == 2
+    assert wide.memory.max_concurrency >= 5
+
+
+def test_latency_profile_uses_widest_tp_and_small_batches() -> None:
+    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 4, DeploymentRequest(profile="latency"))
+    assert plan.engine_args["tensor_parallel_size"] == 4
+    assert len(plan.replicas) == 1
+    assert plan.engine_args["max_num_batched_tokens"] == 2048
+
+
+def test_explicit_engine_args_win_and_are_only_checked() -> None:
+    request = DeploymentRequest(
+        engine_args={"tensor-parallel-size": 2, "max_num_seqs": 64, "gpu_memory_utilization": 0.97}
+    )
+    plan = plan_deployment(load_arch("meta-llama/Llama-3.1-8B"), H100, 8, request)
+    assert plan.engine_args["tensor_parallel_size"] == 2
+    assert plan.engine_args["max_num_seqs"] == 64
+    assert plan.engine_args["gpu_memory_utilization"] == 0.97
+    assert len(plan.replicas) == 4
+    assert any("above 0.95" in w for w in plan.warnings)
+    reason = plan.reason_for("max_num_seqs")
+    assert reason is not None and reason.reason == "explicit"
+
+
+def test_fp8_kv_cache_when_it_is_the_only_way_to_fit() -> None:
+    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, DeploymentRequest())
+    assert plan.engine_args["kv_cache_dtype"] == "fp8"
+    assert plan.engine_args["max_model_len"] == 40960
+    assert any("fp8" in w for w in plan.warnings)
+
+
+def test_enforce_eager_when_graphs_do_not_fit() -> None:
+    arch = load_arch("Qwen/Qwen3-8B")
+    base = VllmSettings(parse_version("0.21.0"), 1, 1, 0.92, 40960, 256, 2048)
+    with_graphs = vllm_memory(arch, L4, base).max_model_len_that_fits
+    eager = vllm_memory(
+        arch, L4, VllmSettings(**{**base.__dict__, "enforce_eager": True})
+    ).max_model_len_that_fits
+    assert with_graphs < eager
+    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(with_graphs + eager) // 2)
+    plan = plan_deployment(arch, L4, 1, request)
+    assert plan.engine_args["enforce_eager"] is True
+    assert plan.engine_args["kv_cache_dtype"] == "auto"
+
+
+def test_context_shrinks_only_when_allowed() -> None:
+    arch = load_arch("Qwen/Qwen3-8B")
+    request = DeploymentRequest(engine_args={"kv_cache_dtype": "auto"})
+    with pytest.raises(PlanError):
+        plan_deployment(arch, L4, 1, request)
+    plan = plan_deployment(arch, L4, 1, DeploymentRequest(engine_args={"kv_cache_dtype": "auto"},
+                                                          allow_context_shrink=True))  # fmt: skip
+    assert plan.engine_args["max_model_len"] < 40960
+    assert plan.engine_args["max_model_len"] % 1024 == 0
+    assert any("shrunk from 40960" in w for w in plan.warnings)
+
+
+def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
+    with pytest.raises(PlanError) as caught:
+        plan_deployment(load_arch("meta-llama/Llama-3.3-70B-Instruct"), L4, 2, DeploymentRequest())
+    assert caught.value.message == (
+        "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
+        "at TP=2 weights 65.71 GiB + activations 1.13 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
+        "(gpu_memory_utilization 0.9)"
+    )
+    assert caught.value.hint == (
+        "options: use 16 GPUs (tensor_parallel_size 16, or pipeline_parallel_size 8 over 8 nodes); "
+        "a fp8 variant needs 33.85 GiB/GPU (still does not fit); "
+        "a 4-bit AWQ/GPTQ variant needs 18.52 GiB/GPU (still does not fit)"
+    )
+
+
+def test_too_long_context_lists_the_length_that_fits() -> None:
+    request = DeploymentRequest(engine_args={"kv_cache_dtype": "auto", "enforce_eager": True})
+    with pytest.raises(PlanError) as caught:
+        plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, request)
+    assert "one request at max_model_len 40960 needs 5.62 GiB" in caught.value.message
+    assert "set max_model_len <= " in caught.value.hint
+
+
+def test_context_above_the_model_maximum_is_refused() -> None:
+    with pytest.raises(PlanError, match="above the model's 40960"):
+        plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, DeploymentRequest(max_model_len=65536))
+
+
+def test_bad_profile_and_no_gpus_are_input_errors() -> None:
+    arch = load_arch("Qwen/Qwen3-8B")
+    with pytest.raises(InputError):
+        plan_deployment(arch, H100, 0, DeploymentRequest())
+    with pytest.raises(InputError):
+        plan_deployment(arch, H100, 1, DeploymentRequest(profile="fast"))  # type: ignore[arg-type]
+
+
+def test_sglang_plan_picks_replicas_and_its_own_flags() -> None:
+    request = DeploymentRequest(engine="sglang", engine_version="0.5.2")
+    plan = plan_deployment(load_arch("meta-llama/Llama-3.1-8B"), H100, 2, request)
+    assert plan.engine_args["tp_size"] == 1
+    assert plan.engine_args["mem_fraction_static"] == 0.835
+    assert plan.engine_args["chunked_prefill_size"] == 8192
+    assert len(plan.replicas) == 2
+
+
+def _host(name: str, gpus: GpuSpec | None) -> Host:
+    return Host(name, f"{name}.lan", SshSettings(), gpus, DriverSpec(), EngineSpec())
+
+
+def test_plan_inventory_uses_facts_first_and_splits_shared_hosts() -> None:
+    inv = Inventory(
+        path="fleet.yml",
+        hosts={"a": _host("a", GpuSpec("H100-80GB", 8)), "b": _host("b", None)},
+        groups={},
+        models={
+            "small": ModelDeployment("small", "Qwen/Qwen3-8B", ("a", "b"), port=8000),
+            "big": ModelDeployment("big", "meta-llama/Llama-3.3-70B-Instruct", ("a",), port=9000),
+        },
+    )
+    result = plan_inventory(inv, {"b": ("NVIDIA L40S", 4, 46068)})
+    by_key = {(e.host, e.model): e for e in result.entries}
+    small_a, big_a, small_b = by_key["a", "small"], by_key["a", "big"], by_key["b", "small"]
+    assert small_a.gpu_indices == (0, 1, 2, 3) and big_a.gpu_indices == (4, 5, 6, 7)
+    assert big_a.plan is not None and big_a.plan.replicas[0].gpu_indices == (4, 5, 6, 7)
+    assert big_a.plan.replicas[0].port == 9000
+    assert small_b.gpu_source == "facts" and small_b.plan is not None and small_b.plan.gpu == "L40S"
+    assert result.ok
+    json.dumps(result.to_json())
+
+
+def test_plan_inventory_reports_each_failure() -> None:
+    inv = Inventory(
+        path="fleet.yml",
+        hosts={"a": _host("a", GpuSpec("L4", 1)), "c": _host("c", None)},
+        groups={},
+        models={"big": ModelDeployment("big", "meta-llama/Llama-3.3-70B-Instruct", ("a", "c"))},
+    )
+    result = plan_inventory(inv)
+    assert not result.ok
+    assert [e.host for e in result.failures()] == ["a", "c"]
+    with pytest.raises(PlanError, match="c/big: no GPUs known"):
+        result.raise_for_failures()
+
+
+def test_pipeline_parallel_across_nodes_only_when_one_node_cannot_hold_it() -> None:
+    arch = load_arch("meta-llama/Llama-3.1-405B")
+    with pytest.raises(PlanError, match="does not fit on 8x H100-80GB"):
+        plan_deployment(arch, H100, 8, DeploymentRequest())
+    plan = plan_deployment(arch, H100, 8, DeploymentRequest(nodes=2))
+    assert (plan.engine_args["tensor_parallel_size"], plan.engine_args["pipeline_parallel_size"]) == (8, 2)
+    assert plan.replicas[0].nodes == (0, 1)
+    small = plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 8, DeploymentRequest(nodes=2))
+    assert "pipeline_parallel_size" not in small.engine_args
+
+
+def test_memory_saver_lowers_utilization_to_what_the_model_needs() -> None:
+    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, DeploymentRequest(profile="memory-saver"))
+    util = plan.engine_args["gpu_memory_utilization"]
+    assert util < 0.5
+    assert plan.memory.max_concurrency >= 1
+    assert plan.engine_args["max_num_seqs"] == 64

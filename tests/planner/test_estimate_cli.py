@@ -1,0 +1,129 @@
+"""`vllmctl estimate` driven through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllmctl.cli import main
+
+GIB = 1 << 30
+FIELDS = (
+    "weights_gib",
+    "activation_peak_gib",
+    "non_torch_gib",
+    "cudagraph_gib",
+    "available_kv_cache_gib",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "fits",
+)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["estimate", *argv, "--json"]) == 0
+    data: dict[str, object] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_json_has_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(capsys, "--model", "meta-llama/Llama-3.1-8B", "--gpu", "NVIDIA H100 80GB HBM3")
+    for field in FIELDS:
+        assert field in data
+    assert data["fits"] is True
+    assert data["total_gib"] == 79.19
+    assert data["kv_bytes_per_token"] == 131072.0
+    assert isinstance(data["reasons"], list) and data["reasons"]
+
+
+def test_not_fitting_reports_largest_length(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "L4")
+    assert data["fits"] is False
+    assert isinstance(data["max_model_len_that_fits"], int) and 0 < data["max_model_len_that_fits"] < 40960
+
+
+def test_kv_cache_memory_and_gpu_memory_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(
+        capsys, "--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--gpu-memory", "15.99GiB",
+        "--kv-cache-memory", "7911991092", "--max-model-len", "32768",
+    )  # fmt: skip
+    assert data["available_kv_cache_gib"] == round(7911991092 / GIB, 4)
+    assert data["kv_cache_tokens"] == 7911991092 // (16 * 57344) * 16
+    assert data["total_gib"] == 15.99
+
+
+def test_quantization_and_tp_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    bf16 = run_json(capsys, "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "H100-80GB", "--tp", "4")
+    awq = run_json(
+        capsys, "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "H100-80GB", "--tp", "4",
+        "--quantization", "awq",
+    )  # fmt: skip
+    assert float(str(awq["weights_gib"])) < float(str(bf16["weights_gib"])) / 3
+    assert bf16["tensor_parallel_size"] == 4
+
+
+def test_version_changes_default_util_and_graph_accounting(capsys: pytest.CaptureFixture[str]) -> None:
+    old = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.20.0")
+    new = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.21.0")
+    assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
+    assert (old["cudagraph_in_budget"], new["cudagraph_in_budget"]) == (False, True)
+
+
+def test_sglang_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(capsys, "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang")
+    assert data["mem_fraction_static"] == 0.835
+    assert data["engine"] == "sglang" and data["activation_peak_gib"] is None
+
+
+def test_human_output_is_a_table_and_reasons(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "L4"]) == 0
+    captured = capsys.readouterr()
+    assert "available_kv_cache_gib" in captured.out and "max_model_len_that_fits" in captured.out
+    assert "- requested = 22.17 GiB x 0.9" in captured.out
+    assert "does not fit at max_model_len 40960" in captured.err
+
+
+def test_local_config_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000,
+              "max_position_embeddings": 2048}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    data = run_json(capsys, "--model", str(path), "--gpu", "T4")
+    assert data["max_model_len"] == 2048 and data["fits"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "nope/nope-7b", "--gpu", "H100"], "cannot fetch config.json for 'nope/nope-7b'"),
+        (["--model", "nope-7b", "--gpu", "H100"], "unknown model 'nope-7b'"),
+        (["--model", "Qwen/Qwen3-8B", "--gpu", "H101"], "did you mean H100-80GB"),
+        (
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
+            "must be in (0, 1]",
+        ),
+        (["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--tp", "3"], "does not divide"),
+        (["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--tp", "0"], "at least 1"),
+        (
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--max-model-len", "65536"],
+            "exceeds the model's 40960",
+        ),
+        (["--model", "Qwen/Qwen3-8B", "--gpu-memory", "lots"], "cannot read 'lots'"),
+        (
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "latest"],
+            "cannot read engine version",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_a_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "hint:" in err

@@ -1,0 +1,251 @@
+"""Typed model architecture parsed from a Hugging Face `config.json`, and its parameter count.
+
+Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS), MoE (Qwen3-MoE, DeepSeek, gpt-oss), MLA and sliding window.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vllmctl.errors import InputError
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """What a checkpoint's `quantization_config` means for weight bytes.
+
+    method: fp8 | w8a8 | awq | gptq | mxfp4 | nvfp4 | bnb4; bits per quantized weight; group_size for
+    group-wise scales (0 = per channel); block for fp8 block scales; attention_quantized False when the
+    attention projections are left unconverted (gpt-oss).
+    """
+
+    method: str
+    bits: int = 8
+    group_size: int = 0
+    block: int = 0
+    attention_quantized: bool = True
+    experts_only: bool = False
+    unquantized_mlp_layers: tuple[int, ...] = ()  # e.g. Meta's FP8 405B keeps the first and last FFN
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    name: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    tie_embeddings: bool = False
+    dtype: str = "bfloat16"
+    max_position_embeddings: int = 4096
+    quantization: QuantConfig | None = None
+    qkv_bias: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    first_k_dense: int = 0
+    moe_layer_freq: int = 1
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int = 0
+    layer_types: tuple[str, ...] = ()
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+    def is_moe_layer(self, index: int) -> bool:
+        if not self.is_moe or index < self.first_k_dense:
+            return False
+        return (index + 1) % max(self.moe_layer_freq, 1) == 0
+
+    @property
+    def attention_kinds(self) -> tuple[str, ...]:
+        """One entry per layer: 'full', 'sliding' or 'mla'."""
+        if self.is_mla:
+            return ("mla",) * self.num_layers
+        if self.layer_types:
+            return tuple("sliding" if "sliding" in t else "full" for t in self.layer_types)
+        return (("sliding" if self.sliding_window else "full"),) * self.num_layers
+
+    @property
+    def param_count(self) -> int:
+        from vllmctl.catalog.params import total_params
+
+        return total_params(self)
+
+
+def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def _derived_max_len(config: dict[str, Any]) -> int:
+    # vLLM's _get_and_verify_max_len: yarn and linear-style rope scaling stretch the trained context.
+    length = _int(config, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=4096)
+    scaling = config.get("rope_scaling")
+    if isinstance(scaling, dict):
+        rope_type = scaling.get("rope_type") or scaling.get("type")
+        factor = scaling.get("factor")
+        if rope_type not in ("su", "longrope", "llama3", "default", "mrope", None) and isinstance(
+            factor, int | float
+        ):
+            if rope_type == "yarn":
+                length = int(scaling.get("original_max_position_embeddings", length))
+            length = int(length * factor)
+    return length
+
+
+def parse_quantization(raw: Any) -> QuantConfig | None:
+    """Reads a checkpoint's quantization_config; unknown methods are an input error."""
+    if not isinstance(raw, dict):
+        return None
+    method = str(raw.get("quant_method", "")).lower()
+    ignored = [str(m) for m in raw.get("modules_to_not_convert") or raw.get("ignore") or []]
+    attention_quantized = not any("attn" in m for m in ignored)
+    mlp_layers = tuple(sorted({int(m) for m in re.findall(r"layers\.(\d+)\.mlp", " ".join(ignored))}))
+    if method in ("fp8", "fbgemm_fp8"):
+        block = raw.get("weight_block_size")
+        return QuantConfig(
+            "fp8",
+            8,
+            block=int(block[0]) if block else 0,
+            attention_quantized=attention_quantized,
+            unquantized_mlp_layers=mlp_layers,
+        )
+    if method in ("awq", "awq_marlin"):
+        return QuantConfig(
+            "awq",
+            int(raw.get("bits") or raw.get("w_bit") or 4),
+            int(raw.get("group_size") or raw.get("q_group_size") or 128),
+        )
+    if method in ("gptq", "gptq_marlin"):
+        return QuantConfig("gptq", int(raw.get("bits", 4)), int(raw.get("group_size", 128)))
+    if method == "mxfp4":
+        return QuantConfig("mxfp4", 4, 32, attention_quantized=False, experts_only=True)
+    if method == "bitsandbytes":
+        return QuantConfig("bnb4", 4, 64)
+    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
+        algo = str(raw.get("quant_algo", raw.get("quantization", {}).get("quant_algo", "nvfp4"))).lower()
+        return QuantConfig("fp8", 8) if "fp8" in algo else QuantConfig("nvfp4", 4, 16)
+    if method == "compressed-tensors":
+        return _compressed_tensors(raw, attention_quantized)
+    raise InputError(
+        f"unknown quantization method {method!r} in config.json",
+        "supported: fp8, fbgemm_fp8, awq, gptq, mxfp4, bitsandbytes, modelopt, compressed-tensors",
+    )
+
+
+def _compressed_tensors(raw: dict[str, Any], attention_quantized: bool) -> QuantConfig:
+    groups = raw.get("config_groups") or {}
+    weights: dict[str, Any] = {}
+    for group in groups.values():
+        if isinstance(group, dict) and isinstance(group.get("weights"), dict):
+            weights = group["weights"]
+            break
+    bits = int(weights.get("num_bits", 8))
+    kind = str(weights.get("type", "int"))
+    group_size = int(weights.get("group_size") or 0)
+    if kind == "float" and bits == 8:
+        return QuantConfig("fp8", 8, attention_quantized=attention_quantized)
+    if kind == "float" and bits == 4:
+        return QuantConfig("nvfp4", 4, group_size or 16, attention_quantized=attention_quantized)
+    if bits == 8:
+        return QuantConfig("w8a8", 8, group_size, attention_quantized=attention_quantized)
+    return QuantConfig("gptq", bits, group_size or 128, attention_quantized=attention_quantized)
+
+
+def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
+    """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
+    if isinstance(config.get("text_config"), dict):
+        config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
+    hidden = _int(config, "hidden_size", "n_embd", "d_model")
+    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _int(config, "num_attention_heads", "n_head")
+    vocab = _int(config, "vocab_size")
+    if not (hidden and layers and heads and vocab):
+        raise InputError(
+            f"{name}: config.json lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
+            "pass a decoder-only language model's config.json (architectures like LlamaForCausalLM)",
+        )
+    kv_heads = _int(config, "num_key_value_heads", "n_head_kv", default=heads)
+    head_dim = _int(config, "head_dim", default=hidden // heads)
+    experts = _int(config, "num_experts", "num_local_experts", "n_routed_experts")
+    shared_size = _int(config, "shared_expert_intermediate_size")
+    sliding = 0
+    if config.get("sliding_window") and config.get("use_sliding_window", True):
+        sliding = _int(config, "sliding_window")
+    layer_types = tuple(str(t) for t in config.get("layer_types") or ())
+    if layer_types and len(layer_types) != layers:
+        layer_types = ()
+    return ModelArch(
+        name=name,
+        model_type=str(config.get("model_type", "unknown")),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
+        max_position_embeddings=_derived_max_len(config),
+        quantization=parse_quantization(config.get("quantization_config")),
+        qkv_bias=bool(config.get("attention_bias", config.get("model_type") in ("qwen2", "qwen2_moe"))),
+        num_experts=experts,
+        experts_per_token=_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
+        if experts
+        else 0,
+        moe_intermediate_size=_int(config, "moe_intermediate_size", default=_int(config, "intermediate_size"))
+        if experts
+        else 0,
+        num_shared_experts=_int(config, "n_shared_experts", default=1 if shared_size else 0),
+        shared_expert_intermediate_size=shared_size,
+        first_k_dense=_int(config, "first_k_dense_replace"),
+        moe_layer_freq=_int(config, "moe_layer_freq", "decoder_sparse_step", default=1),
+        kv_lora_rank=_int(config, "kv_lora_rank"),
+        q_lora_rank=_int(config, "q_lora_rank"),
+        qk_rope_head_dim=_int(config, "qk_rope_head_dim"),
+        qk_nope_head_dim=_int(config, "qk_nope_head_dim"),
+        v_head_dim=_int(config, "v_head_dim"),
+        sliding_window=sliding,
+        layer_types=layer_types,
+    )
+
+
+def parse_config_text(text: str, name: str) -> ModelArch:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})", "pass a config.json"
+        ) from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{name}: config.json must be a JSON object", "pass a model's config.json")
+    return parse_config(data, name)

@@ -1,0 +1,80 @@
+"""The PlanError raised when nothing fits: the numbers of the closest configuration and concrete options."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from vllmctl.catalog.arch import ModelArch, QuantConfig
+from vllmctl.catalog.gpus import GpuModel
+from vllmctl.errors import PlanError
+from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+
+MAX_SEARCH_TP = 64
+
+
+def _fits(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> bool:
+    memory = vllm_memory(arch, gpu, settings)
+    return memory.fits and memory.startup_headroom_ok
+
+
+def gpus_needed(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> int | None:
+    tp = 1
+    while tp <= MAX_SEARCH_TP:
+        if arch.num_heads % tp == 0 and _fits(arch, gpu, replace(settings, tp=tp, pp=1)):
+            return tp
+        tp *= 2
+    return None
+
+
+def infeasible_error(
+    arch: ModelArch, gpu: GpuModel, gpu_count: int, settings: VllmSettings, explicit: dict[str, Any]
+) -> PlanError:
+    memory = vllm_memory(arch, gpu, settings)
+    where = f"{gpu_count}x {gpu.name} ({gpu.cuda_gib:.2f} GiB each)"
+    if memory.available_kv_cache_gib <= 0:
+        detail = (
+            f"at TP={settings.tp} weights {memory.weights_gib:.2f} GiB + activations "
+            f"{memory.activation_peak_gib:.2f} GiB + other {memory.non_torch_gib:.2f} GiB exceed the "
+            f"{memory.requested_gib:.2f} GiB budget "
+            f"(gpu_memory_utilization {settings.gpu_memory_utilization})"
+        )
+    elif not memory.fits:
+        detail = (
+            f"at TP={settings.tp} weights take {memory.weights_gib:.2f} GiB/GPU and "
+            f"{memory.available_kv_cache_gib:.2f} GiB is left for KV cache, but one request at max_model_len "
+            f"{settings.max_model_len} needs {memory.needed_kv_gib:.2f} GiB"
+        )
+    else:
+        detail = (
+            f"at TP={settings.tp} the {1 - settings.gpu_memory_utilization:.2f} share left outside "
+            "gpu_memory_utilization cannot hold the CUDA context, NCCL buffers and CUDA graphs"
+        )
+    options: list[str] = []
+    needed = gpus_needed(arch, gpu, settings)
+    if needed and needed > gpu_count:
+        stages = needed // gpu_count
+        across = (
+            f", or pipeline_parallel_size {stages} over {stages} nodes" if needed % gpu_count == 0 else ""
+        )
+        options.append(f"use {needed} GPUs (tensor_parallel_size {needed}{across})")
+    elif needed is None:
+        options.append(f"no single node of {gpu.name} up to {MAX_SEARCH_TP} GPUs holds it; use a larger GPU")
+    if memory.max_model_len_that_fits > 0 and "max_model_len" not in explicit:
+        options.append(
+            f"set max_model_len <= {memory.max_model_len_that_fits} (or allow_context_shrink: true)"
+        )
+    if settings.kv_cache_dtype == "auto":
+        fp8 = vllm_memory(arch, gpu, replace(settings, kv_cache_dtype="fp8"))
+        if fp8.fits:
+            options.append(f"kv_cache_dtype fp8 fits max_model_len {settings.max_model_len}")
+        elif fp8.max_model_len_that_fits > 0:
+            options.append(f"kv_cache_dtype fp8 fits max_model_len up to {fp8.max_model_len_that_fits}")
+    if arch.quantization is None:
+        for label, quant in (("fp8", QuantConfig("fp8", 8)), ("4-bit AWQ/GPTQ", QuantConfig("awq", 4, 128))):
+            variant = vllm_memory(replace(arch, quantization=quant), gpu, settings)
+            verdict = "fits" if variant.fits else "still does not fit"
+            options.append(f"a {label} variant needs {variant.weights_gib:.2f} GiB/GPU ({verdict})")
+    if not memory.startup_headroom_ok and memory.fits:
+        options.append("lower gpu_memory_utilization or set enforce_eager: true")
+    return PlanError(f"{arch.name} does not fit on {where}: {detail}", "options: " + "; ".join(options))

@@ -1,0 +1,172 @@
+"""Plans a whole Inventory: per host and model, GPUs from gathered facts (or the declared ones), a share of
+the host's GPUs per model, and a DeploymentPlan or the PlanError that explains why none fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
+from vllmctl.catalog.loader import resolve_catalog
+from vllmctl.errors import PlanError, VllmctlError
+from vllmctl.inventory.model import Host, Inventory, ModelDeployment
+from vllmctl.planner.types import DeploymentPlan, DeploymentRequest
+
+GpuFacts = tuple[str, int, int]  # (nvidia-smi name, count, memory.total MiB)
+
+
+@dataclass(frozen=True)
+class HostModelPlan:
+    host: str
+    model: str
+    gpu_source: str  # "facts" | "declared"
+    gpu_indices: tuple[int, ...]
+    plan: DeploymentPlan | None
+    error: str = ""
+    hint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "model": self.model,
+            "gpu_source": self.gpu_source,
+            "gpu_indices": list(self.gpu_indices),
+            "plan": self.plan.to_json() if self.plan else None,
+            "error": self.error or None,
+            "hint": self.hint or None,
+        }
+
+
+@dataclass(frozen=True)
+class InventoryPlan:
+    entries: tuple[HostModelPlan, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(entry.plan is not None for entry in self.entries)
+
+    def failures(self) -> list[HostModelPlan]:
+        return [entry for entry in self.entries if entry.plan is None]
+
+    def raise_for_failures(self) -> None:
+        failed = self.failures()
+        if failed:
+            lines = [f"{e.host}/{e.model}: {e.error}" for e in failed]
+            hints = [f"{e.host}/{e.model}: {e.hint}" for e in failed if e.hint]
+            raise PlanError("\n".join(lines), "\n  ".join(hints))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "entries": [entry.to_json() for entry in self.entries]}
+
+
+def host_gpus(host: Host, facts: Mapping[str, GpuFacts] | None) -> tuple[GpuModel, int, str] | None:
+    """The GPU kind and count to plan with: gathered facts win over the inventory's declaration."""
+    if facts and host.name in facts:
+        name, count, smi_mib = facts[host.name]
+        known = find_gpu(name)
+        if known and known.smi_mib == smi_mib:
+            return known, count, "facts"
+        cuda = smi_mib_to_cuda_gib(smi_mib, name)
+        gpu = replace(known, smi_mib=smi_mib, cuda_gib=cuda) if known else custom_gpu(cuda)
+        return gpu, count, "facts"
+    if host.gpus is not None:
+        known = find_gpu(host.gpus.model)
+        return (known, host.gpus.count, "declared") if known else None
+    return None
+
+
+def _request(model: ModelDeployment, host: Host, nodes: int) -> DeploymentRequest:
+    engine = model.engine or host.engine
+    concurrency = model.slo.get("concurrency")
+    return DeploymentRequest(
+        engine=engine.name,
+        engine_version=engine.version,
+        profile=model.profile,
+        max_model_len=model.max_model_len,
+        allow_context_shrink=model.allow_context_shrink,
+        engine_args=dict(model.engine_args),
+        concurrency=float(concurrency) if concurrency else None,
+        nodes=nodes,
+        base_port=model.port,
+    )
+
+
+def _shifted(
+    plan: DeploymentPlan, start: int, cache: dict[tuple[int, int], tuple[DeploymentPlan, DeploymentPlan]]
+) -> DeploymentPlan:
+    """The plan with its replicas moved to the host's GPUs from `start` on (shared hosts)."""
+    key = (id(plan), start)
+    if key not in cache:  # the value keeps `plan` alive, so its id cannot be reused meanwhile
+        moved = tuple(replace(r, gpu_indices=tuple(start + i for i in r.gpu_indices)) for r in plan.replicas)
+        cache[key] = (plan, replace(plan, replicas=moved))
+    return cache[key][1]
+
+
+def plan_inventory(
+    inv: Inventory,
+    gpu_facts: Mapping[str, GpuFacts] | None = None,
+    archs: Mapping[str, ModelArch] | None = None,
+) -> InventoryPlan:
+    """Every (host, model) pair planned; models sharing a host split its GPUs in inventory order.
+
+    `archs` maps a model's source to its architecture (load them with catalog.load_arch first);
+    sources missing from it are looked up in the shipped catalog only, so this stays free of I/O.
+    """
+    from vllmctl.planner import plan_deployment
+
+    sharing: dict[str, list[str]] = {}
+    for model in inv.models.values():
+        for host_name in model.hosts:
+            sharing.setdefault(host_name, []).append(model.name)
+    entries: list[HostModelPlan] = []
+    shifted: dict[tuple[int, int], tuple[DeploymentPlan, DeploymentPlan]] = {}
+    for model in inv.models.values():
+        arch = (archs or {}).get(model.source) or resolve_catalog(model.source)
+        for host_name in model.hosts:
+            host = inv.hosts[host_name]
+            found = host_gpus(host, gpu_facts)
+            if arch is None:
+                entries.append(
+                    HostModelPlan(
+                        host_name,
+                        model.name,
+                        "",
+                        (),
+                        None,
+                        f"architecture of {model.source!r} is not known offline",
+                        "load it with catalog.load_arch (hub or local config.json)",
+                    )
+                )
+                continue
+            if found is None:
+                entries.append(
+                    HostModelPlan(
+                        host_name,
+                        model.name,
+                        "",
+                        (),
+                        None,
+                        "no GPUs known for this host",
+                        "declare gpus: {model, count} or gather facts first",
+                    )
+                )
+                continue
+            gpu, count, source = found
+            neighbours = sharing[host_name]
+            share = count // len(neighbours)
+            start = neighbours.index(model.name) * share
+            indices = tuple(range(start, start + share))
+            try:
+                plan = plan_deployment(arch, gpu, share, _request(model, host, len(model.hosts)))
+            except VllmctlError as exc:
+                entries.append(
+                    HostModelPlan(host_name, model.name, source, indices, None, exc.message, exc.hint)
+                )
+                continue
+            if start:
+                plan = _shifted(plan, start, shifted)
+            entries.append(HostModelPlan(host_name, model.name, source, indices, plan))
+    return InventoryPlan(tuple(entries))

@@ -1,0 +1,90 @@
+"""The planner's inputs and outputs: what a deployment asks for, and the plan with a reason per decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vllmctl.planner.sglang_memory import SglangMemory
+from vllmctl.planner.vllm_memory import MemoryBreakdown
+
+Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
+PROFILES: tuple[str, ...] = ("throughput", "latency", "balanced", "memory-saver")
+
+
+@dataclass(frozen=True)
+class DeploymentRequest:
+    """What one model deployment asks of the GPUs it is given (from the inventory or the CLI)."""
+
+    engine: str = "vllm"
+    engine_version: str = "0.11.0"
+    profile: Profile = "balanced"
+    max_model_len: int | None = None
+    allow_context_shrink: bool = False
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    concurrency: float | None = None  # full-length requests each replica must hold at once
+    nodes: int = 1  # hosts this deployment may span (pipeline parallel only when one cannot hold it)
+    base_port: int = 8000
+
+
+@dataclass(frozen=True)
+class Decision:
+    flag: str
+    value: Any
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flag": self.flag, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One engine process: the GPUs it owns (per node) and its port."""
+
+    index: int
+    gpu_indices: tuple[int, ...]
+    port: int
+    port_offset: int
+    nodes: tuple[int, ...] = (0,)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "gpu_indices": list(self.gpu_indices),
+            "port": self.port,
+            "port_offset": self.port_offset,
+            "nodes": list(self.nodes),
+        }
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    model: str
+    engine: str
+    engine_version: str
+    gpu: str
+    gpu_count: int
+    profile: str
+    engine_args: dict[str, Any]
+    replicas: tuple[Replica, ...]
+    memory: MemoryBreakdown | SglangMemory
+    reasons: tuple[Decision, ...]
+    warnings: tuple[str, ...] = ()
+
+    def reason_for(self, flag: str) -> Decision | None:
+        return next((d for d in self.reasons if d.flag == flag), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "gpu": self.gpu,
+            "gpu_count": self.gpu_count,
+            "profile": self.profile,
+            "engine_args": dict(self.engine_args),
+            "replicas": [r.to_json() for r in self.replicas],
+            "memory": self.memory.to_json(),
+            "reasons": [d.to_json() for d in self.reasons],
+            "warnings": list(self.warnings),
+        }

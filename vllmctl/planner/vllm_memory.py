@@ -1,0 +1,219 @@
+"""vLLM V1 startup memory accounting, per GPU: requested = total × utilization; available KV = requested −
+weights − profile-run activation peak − non-torch increase − (CUDA-graph estimate from v0.21, graphs on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.gpus import GIB, GpuModel
+from vllmctl.catalog.params import padded_vocab, pipeline_stages
+from vllmctl.planner.kv import kv_layout
+from vllmctl.planner.versions import (
+    CUDAGRAPH_PROFILING_SINCE,
+    NCCL_OUTSIDE_BUDGET_SINCE,
+    Version,
+    cudagraph_capture_sizes,
+)
+from vllmctl.planner.weights import stage_weight_bytes
+
+ACT_BYTES = 2  # activations run in bf16/fp16
+CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
+NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run
+CUSTOM_ALLREDUCE_GIB = 0.14  # IPC buffers of vLLM's custom all-reduce when TP > 1
+GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
+PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
+# Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
+# int64 indices, sort scratch, masks, re-scatter); later versions sample without a full sort.
+SORTING_SAMPLER_BYTES = 36
+LIGHT_SAMPLER_BYTES = 8
+LIGHT_SAMPLER_SINCE: Version = (0, 13, 0)
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """Engine arguments that decide memory, already resolved (no None)."""
+
+    version: Version
+    tp: int
+    pp: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU figures (GiB) for the pipeline stage with the fewest KV blocks; JSON-able."""
+
+    engine: str
+    total_gib: float
+    requested_gib: float
+    weights_gib: float
+    activation_peak_gib: float
+    non_torch_gib: float
+    cudagraph_gib: float
+    cudagraph_in_budget: bool
+    nccl_gib: float
+    nccl_in_budget: bool
+    available_kv_cache_gib: float
+    kv_bytes_per_token: float
+    block_size: int
+    num_blocks: int
+    kv_cache_tokens: int
+    max_model_len: int
+    max_concurrency: float
+    needed_kv_gib: float
+    fits: bool
+    max_model_len_that_fits: int
+    startup_headroom_ok: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def activation_peak_bytes(
+    arch: ModelArch,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    version: Version = (0, 11, 0),
+    last_stage: bool = True,
+) -> float:
+    """Torch peak of the profile run: a forward over max_num_batched_tokens, then the dummy sampler.
+
+    The forward peaks in the MLP (gate_up output plus activated half, or the fused-MoE workspaces);
+    the sampler (last pipeline stage only) works on full-vocabulary fp32 logits for min(seqs, tokens) rows.
+    """
+    tokens = max_num_batched_tokens
+    hidden = arch.hidden_size
+    residual = 2 * tokens * hidden * ACT_BYTES
+    dense = tokens * 3 * (arch.intermediate_size // tp) * ACT_BYTES
+    mlp = dense if not arch.is_moe or arch.first_k_dense else 0.0
+    if arch.is_moe:
+        inter = max(arch.moe_intermediate_size // tp, 1)
+        routed = tokens * arch.experts_per_token
+        moe = routed * (max(2 * inter, hidden) + inter) * ACT_BYTES + tokens * arch.num_experts * 4
+        shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
+        moe += tokens * 3 * (shared // tp) * ACT_BYTES
+        mlp = max(mlp, moe)
+    if arch.is_mla:
+        heads = max(arch.num_heads // tp, 1)
+        per_head = 2 * (arch.qk_nope_head_dim + arch.qk_rope_head_dim) + arch.v_head_dim
+        attention = tokens * heads * per_head * ACT_BYTES
+    else:
+        heads = max(arch.num_heads // tp, 1) * 2 + 2 * max(arch.num_kv_heads // tp, 1)
+        attention = tokens * heads * arch.head_dim * ACT_BYTES
+    forward = residual + max(mlp, attention)
+    if not last_stage:
+        return forward
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    per_logit = LIGHT_SAMPLER_BYTES if version >= LIGHT_SAMPLER_SINCE else SORTING_SAMPLER_BYTES
+    sampler = tokens * hidden * ACT_BYTES + rows * padded_vocab(arch, 1) * per_logit
+    return max(forward, sampler)
+
+
+def cudagraph_bytes(arch_layers: int, settings: VllmSettings) -> float:
+    """Approximate CUDA-graph pool: one piecewise segment per layer (+1) for each captured size."""
+    if settings.enforce_eager:
+        return 0.0
+    sizes = cudagraph_capture_sizes(settings.max_num_seqs, settings.max_num_batched_tokens)
+    graphs = len(sizes) * (arch_layers + 1)
+    factor = 1.5 if settings.tp > 1 else 1.0  # all-reduce nodes add per-graph buffers
+    return graphs * GRAPH_MIB_PER_PIECE * factor * (1 << 20)
+
+
+def nccl_bytes(tp: int, pp: int, interconnect: str = "nvlink") -> float:
+    """NCCL communicator buffers per GPU; NVLink/NVSwitch systems also reserve NVLS and more channels."""
+    world = tp * pp
+    if world == 1:
+        return 0.0
+    base, per_peer = (0.5, 0.25) if interconnect == "nvlink" else (0.25, 0.05)
+    return (base + per_peer * (world - 1) + 0.5 * (pp - 1)) * GIB
+
+
+@lru_cache(maxsize=65536)
+def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> MemoryBreakdown:
+    """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
+    total = gpu.cuda_bytes
+    requested = total * settings.gpu_memory_utilization
+    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp)
+    stages = pipeline_stages(arch.num_layers, settings.pp)
+    nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
+    nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
+    non_torch = GIB * (
+        NON_TORCH_GIB
+        + (CUSTOM_ALLREDUCE_GIB if settings.tp > 1 else 0.0)
+        + (PP_P2P_GIB if settings.pp > 1 else 0.0)
+    )
+    best: tuple[int, Any] | None = None
+    for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
+        activation = activation_peak_bytes(
+            arch,
+            settings.tp,
+            settings.max_num_batched_tokens,
+            settings.max_num_seqs,
+            settings.version,
+            last_stage=number == settings.pp - 1,
+        )
+        layout = kv_layout(
+            arch,
+            settings.tp,
+            (first, last),
+            settings.kv_cache_dtype,
+            gpu.compute_capability,
+            settings.block_size,
+        )
+        graphs = cudagraph_bytes(last - first, settings)
+        graphs_in_budget = settings.version >= CUDAGRAPH_PROFILING_SINCE and graphs > 0
+        if settings.kv_cache_memory_bytes is not None:
+            available = float(settings.kv_cache_memory_bytes)
+        else:
+            available = requested - weights - activation - non_torch - (graphs if graphs_in_budget else 0.0)
+        blocks = layout.num_blocks(int(max(available, 0)))
+        if best is None or blocks < best[0]:
+            best = (blocks, (layout, weights, activation, graphs, graphs_in_budget, available))
+    assert best is not None
+    blocks, (layout, weights, activation, graphs, graphs_in_budget, available) = best
+    # vLLM refuses to start when free memory (total - CUDA context - NCCL from v0.11) is below the request;
+    # before v0.21 graphs are captured after the KV allocation, into the headroom plus the freed activations.
+    before_start = CUDA_CONTEXT_GIB * GIB + (0.0 if nccl_in_budget else nccl)
+    headroom = total - requested
+    graphs_ok = graphs_in_budget or headroom + activation >= before_start + graphs
+    mnbt = settings.max_num_batched_tokens
+    needed = layout.needed_bytes(settings.max_model_len, mnbt)
+    usable = int(max(available, 0))
+    fits = available > 0 and needed <= usable
+    return MemoryBreakdown(
+        engine="vllm",
+        total_gib=total / GIB,
+        requested_gib=requested / GIB,
+        weights_gib=weights / GIB,
+        activation_peak_gib=activation / GIB,
+        non_torch_gib=non_torch / GIB,
+        cudagraph_gib=graphs / GIB,
+        cudagraph_in_budget=graphs_in_budget,
+        nccl_gib=nccl / GIB,
+        nccl_in_budget=nccl_in_budget,
+        available_kv_cache_gib=available / GIB,
+        kv_bytes_per_token=layout.bytes_per_token,
+        block_size=layout.block_size,
+        num_blocks=blocks,
+        kv_cache_tokens=layout.tokens(blocks),
+        max_model_len=settings.max_model_len,
+        max_concurrency=round(layout.max_concurrency(blocks, settings.max_model_len, mnbt), 2),
+        needed_kv_gib=needed / GIB,
+        fits=fits,
+        max_model_len_that_fits=layout.largest_len_that_fits(usable, settings.max_model_len, mnbt)
+        if usable
+        else 0,
+        startup_headroom_ok=headroom >= before_start and graphs_ok,
+    )

@@ -1,0 +1,77 @@
+"""Weight bytes one GPU holds: parameter shapes per rank times the bytes each quantization stores.
+
+Quantized formats keep embeddings, the LM head, norms and routers in the checkpoint dtype; group-wise
+int4 stores fp16 scales (and AWQ packed zero points) per group of input channels.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from vllmctl.catalog.arch import ModelArch, QuantConfig
+from vllmctl.catalog.params import Linear, pipeline_stages, stage_linears
+
+GIB = 1 << 30
+SCALE_BYTES = 4  # fp32 per-channel / per-block scales
+
+
+def _quantized(part: Linear, quant: QuantConfig | None) -> bool:
+    if quant is None or part.kind in ("embed", "lm_head", "norm", "router", "mla_absorbed"):
+        return False
+    if quant.experts_only:
+        return part.kind == "expert"
+    if part.kind == "mlp" and part.layer in quant.unquantized_mlp_layers:
+        return False
+    return not (part.kind == "attn" and not quant.attention_quantized)
+
+
+def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> float:
+    """Bytes for one Linear on one rank, including its scales and bias."""
+    weights = part.out * part.inp
+    bias = part.out * dtype_bytes if part.bias else 0
+    if not _quantized(part, quant):
+        return float(part.count * (weights * dtype_bytes + bias))
+    assert quant is not None
+    method = quant.method
+    if method in ("fp8", "w8a8") and quant.bits == 8:
+        if quant.block:
+            scales = -(-part.out // quant.block) * -(-part.inp // quant.block) * SCALE_BYTES
+        else:
+            scales = part.out * SCALE_BYTES
+        return float(part.count * (weights + scales + bias))
+    group = quant.group_size or part.inp
+    groups = -(-part.inp // group)
+    packed = weights * quant.bits / 8
+    if method == "awq":
+        extra = groups * part.out * (2 + quant.bits / 8)  # fp16 scales + packed zero points
+    elif method in ("gptq", "bnb4"):
+        extra = groups * part.out * 2
+    elif method == "mxfp4":
+        extra = groups * part.out * 1  # one e8m0 exponent per 32 weights
+    elif method == "nvfp4":
+        extra = groups * part.out * 1 + SCALE_BYTES
+    else:
+        extra = part.out * SCALE_BYTES
+    return float(part.count * (packed + extra + bias))
+
+
+@lru_cache(maxsize=4096)
+def stage_weight_bytes(arch: ModelArch, tp: int, pp: int) -> tuple[float, ...]:
+    """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same)."""
+    stages = pipeline_stages(arch.num_layers, pp)
+    sizes = []
+    for number, (first, last) in enumerate(stages):
+        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1)
+        # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
+        kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
+        sizes.append(sum(linear_bytes(p, arch.quantization, arch.dtype_bytes) for p in kept))
+    return tuple(sizes)
+
+
+def weight_gib(arch: ModelArch, tp: int = 1, pp: int = 1) -> float:
+    """The largest per-GPU weight footprint, in GiB, as vLLM logs 'Model loading took'."""
+    return max(stage_weight_bytes(arch, tp, pp)) / GIB
+
+
+def checkpoint_gib(arch: ModelArch) -> float:
+    return sum(stage_weight_bytes(arch, 1, 1)) / GIB
