@@ -11,7 +11,7 @@ export DEBIAN_FRONTEND=noninteractive
 if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends \
-    debootstrap systemd-container openssh-client iproute2 dpkg-dev ca-certificates >/dev/null
+    debootstrap systemd-container openssh-client iproute2 dpkg-dev apt-utils ca-certificates >/dev/null
 fi
 python3 -m pip install -q -e '.[dev,lab,hub]'
 
@@ -19,6 +19,7 @@ inventory=inventories/lab-demo.yml
 vllmctl lab list --json | python3 -c 'import json,sys; sys.exit(0 if any(f["name"]=="demo" for f in json.load(sys.stdin)) else 1)' \
   || vllmctl lab up --name demo --hosts 2 --gpus 8xH100-80GB,2xL40S --inventory "$inventory"
 
+vllmctl lab check --name demo
 vllmctl validate "$inventory"
 vllmctl facts "$inventory"
 vllmctl plan "$inventory"

@@ -1,0 +1,114 @@
+"""The fake nvidia-smi, run as a program against a gpus.json, answers in the real tool's formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllmctl.lab import fake_nvidia_smi
+from vllmctl.lab.gpus import DRIVER_RELEASES, gpus_document, parse_gpu_spec
+
+SCRIPT = Path(fake_nvidia_smi.__file__)
+
+
+def smi(doc: dict[str, object] | None, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "gpus.json"
+    if doc is not None:
+        path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, check=False
+    )
+
+
+@pytest.fixture
+def h100x2() -> dict[str, object]:
+    return gpus_document("lab-1", parse_gpu_spec("2xH100-80GB")[0], DRIVER_RELEASES["580"])
+
+
+def test_query_csv_noheader_nounits(h100x2: dict[str, object], tmp_path: Path) -> None:
+    fields = "--query-gpu=index,name,memory.total,memory.used,driver_version,pci.bus_id"
+    result = smi(h100x2, tmp_path, fields, "--format=csv,noheader,nounits")
+    assert result.returncode == 0
+    assert result.stdout == (
+        "0, NVIDIA H100 80GB HBM3, 81559, 0, 580.95.05, 00000000:18:00.0\n"
+        "1, NVIDIA H100 80GB HBM3, 81559, 0, 580.95.05, 00000000:28:00.0\n"
+    )
+
+
+def test_query_csv_with_header_and_units(h100x2: dict[str, object], tmp_path: Path) -> None:
+    result = smi(h100x2, tmp_path, "--query-gpu=name,memory.total", "--format=csv")
+    assert result.stdout.splitlines() == [
+        "name, memory.total [MiB]",
+        "NVIDIA H100 80GB HBM3, 81559 MiB",
+        "NVIDIA H100 80GB HBM3, 81559 MiB",
+    ]
+
+
+def test_nounits_keeps_units_in_the_header(h100x2: dict[str, object], tmp_path: Path) -> None:
+    result = smi(h100x2, tmp_path, "--query-gpu", "memory.free", "--format", "csv,nounits")
+    assert result.stdout.splitlines() == ["memory.free [MiB]", "81559", "81559"]
+
+
+def test_selecting_one_gpu(h100x2: dict[str, object], tmp_path: Path) -> None:
+    result = smi(h100x2, tmp_path, "-i", "1", "--query-gpu=index", "--format=csv,noheader")
+    assert result.stdout == "1\n"
+
+
+def test_unknown_field_is_refused(h100x2: dict[str, object], tmp_path: Path) -> None:
+    result = smi(h100x2, tmp_path, "--query-gpu=name,bogus", "--format=csv")
+    assert result.returncode == 2
+    assert 'Field "bogus" is not a valid field to query.' in result.stdout
+
+
+def test_list(h100x2: dict[str, object], tmp_path: Path) -> None:
+    lines = smi(h100x2, tmp_path, "-L").stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+
+
+def test_version(h100x2: dict[str, object], tmp_path: Path) -> None:
+    out = smi(h100x2, tmp_path, "--version").stdout
+    assert "DRIVER version      : 580.95.05" in out
+    assert "CUDA Version        : 13.0" in out
+
+
+def test_summary_table(h100x2: dict[str, object], tmp_path: Path) -> None:
+    out = smi(h100x2, tmp_path).stdout
+    assert "Driver Version: 580.95.05" in out
+    assert "CUDA Version: 13.0" in out
+    assert out.count("NVIDIA H100 80GB HBM3") == 2
+    assert "0MiB / 81559MiB" in out
+
+
+def test_topology_matrix(h100x2: dict[str, object], tmp_path: Path) -> None:
+    lines = smi(h100x2, tmp_path, "topo", "-m").stdout.splitlines()
+    assert lines[0].split("\t")[1:3] == ["GPU0", "GPU1"]
+    assert lines[1].split("\t")[:3] == ["GPU0", "X", "NV18"]
+    assert lines[2].split("\t")[:3] == ["GPU1", "NV18", "X"]
+
+
+@pytest.mark.parametrize("args", [(), ("-L",), ("--version",), ("--query-gpu=name", "--format=csv")])
+def test_no_driver_fails_like_the_real_tool(tmp_path: Path, args: tuple[str, ...]) -> None:
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], None)
+    result = smi(doc, tmp_path, *args)
+    assert result.returncode == 9
+    assert result.stdout == (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
+
+
+def test_missing_json_means_no_driver(tmp_path: Path) -> None:
+    assert smi(None, tmp_path, "-L").returncode == 9
+
+
+def test_driver_without_devices(tmp_path: Path) -> None:
+    doc = {"product": None, "driver": {"branch": "580", "version": "580.95.05", "cuda_version": "13.0"}}
+    result = smi({**doc, "gpus": []}, tmp_path, "-L")
+    assert (result.returncode, result.stdout) == (6, "No devices were found\n")

@@ -1,0 +1,115 @@
+"""A flat Debian repository for lab hosts holding dummy `nvidia-driver-<branch>` packages.
+
+Installing one marks the fake driver present in the host's gpus.json; removing it marks it absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from vllmctl.lab import base
+from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
+from vllmctl.lab.sh import run
+
+# Bump when the packages below change so the cached repository is rebuilt.
+REPO_VERSION = "1"
+GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
+
+_SET_DRIVER = """\
+import json, os
+path = "{gpus_json}"
+try:
+    with open(path) as handle:
+        doc = json.load(handle)
+except FileNotFoundError:
+    doc = {{"product": None, "gpus": []}}
+current = doc.get("driver") or {{}}
+if {install}:
+    doc["driver"] = {driver}
+elif current.get("branch") == "{branch}":
+    doc["driver"] = None
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as handle:
+    json.dump(doc, handle, indent=2)
+os.replace(path + ".tmp", path)
+"""
+
+
+def package_name(branch: str) -> str:
+    return f"nvidia-driver-{branch}"
+
+
+def control_file(release: DriverRelease) -> str:
+    return (
+        f"Package: {package_name(release.branch)}\n"
+        f"Version: {release.version}-1\n"
+        "Architecture: all\n"
+        "Maintainer: vllmctl lab <lab@vllmctl.invalid>\n"
+        "Depends: python3\n"
+        "Provides: nvidia-driver\n"
+        "Conflicts: nvidia-driver\n"
+        "Replaces: nvidia-driver\n"
+        "Section: non-free/kernel\n"
+        "Priority: optional\n"
+        f"Description: lab stand-in for the NVIDIA {release.branch} driver (CUDA {release.cuda_version})\n"
+        " Marks the simulated GPUs of a vllmctl lab host as driven by this branch.\n"
+    )
+
+
+def maintainer_script(release: DriverRelease, install: bool) -> str:
+    driver = repr(
+        {"branch": release.branch, "version": release.version, "cuda_version": release.cuda_version}
+    )
+    python = _SET_DRIVER.format(gpus_json=GPUS_JSON, install=install, driver=driver, branch=release.branch)
+    when = '[ "$1" = configure ]' if install else '[ "$1" = remove ] || [ "$1" = purge ]'
+    return f"#!/bin/sh\nset -e\nif {when}; then\npython3 - <<'PY'\n{python}PY\nfi\n"
+
+
+def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
+    root = scratch / package_name(release.branch)
+    debian = root / "DEBIAN"
+    debian.mkdir(parents=True)
+    (debian / "control").write_text(control_file(release))
+    for name, install in (("postinst", True), ("postrm", False)):
+        script = debian / name
+        script.write_text(maintainer_script(release, install))
+        script.chmod(0o755)
+    doc = root / "usr/share/doc" / package_name(release.branch)
+    doc.mkdir(parents=True)
+    (doc / "README").write_text("vllmctl lab dummy driver package\n")
+    deb = into / f"{package_name(release.branch)}_{release.version}-1_all.deb"
+    run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+
+
+def repo_dir() -> Path:
+    return base.CACHE_DIR / f"debian-v{REPO_VERSION}"
+
+
+def ensure_repo() -> Path:
+    """The cached flat repository (`deb [trusted=yes] http://.../debian ./`), built once."""
+    target = repo_dir()
+    if (target / "Release").exists():
+        return target
+    with base.cache_lock("debian"):
+        if (target / "Release").exists():
+            return target
+        build = Path(tempfile.mkdtemp(prefix=".debian-build-", dir=base.CACHE_DIR))
+        try:
+            work = build / "src"
+            repo = build / "repo"
+            repo.mkdir()
+            for release in DRIVER_RELEASES.values():
+                _build_package(release, repo, work)
+            hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
+            packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)
+            (repo / "Packages").write_text(packages)
+            release_file = run(
+                ["apt-ftparchive", "release", "."], "apt-ftparchive (apt-utils) is needed", cwd=repo
+            )
+            (repo / "Release").write_text(release_file)
+            repo.rename(target)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
+    return target

@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""A stand-in nvidia-smi for lab hosts, answering the real tool's formats from /etc/vllmctl-lab/gpus.json.
+
+Copied into each host as /usr/bin/nvidia-smi; standard library only, since it runs on the host's python3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+GPUS_JSON = os.environ.get("VLLMCTL_LAB_GPUS", "/etc/vllmctl-lab/gpus.json")
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+EXIT_NO_DRIVER = 9
+EXIT_NO_DEVICES = 6
+EXIT_BAD_ARGS = 2
+
+# field -> (unit shown in the header and after values, or "" for none)
+UNITS = {
+    "index": "",
+    "name": "",
+    "uuid": "",
+    "count": "",
+    "pci.bus_id": "",
+    "driver_version": "",
+    "compute_cap": "",
+    "memory.total": "MiB",
+    "memory.used": "MiB",
+    "memory.free": "MiB",
+    "utilization.gpu": "%",
+    "utilization.memory": "%",
+    "temperature.gpu": "",
+    "power.draw": "W",
+    "power.limit": "W",
+    "persistence_mode": "",
+    "mig.mode.current": "",
+}
+ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id", "pci.bus": "pci.bus_id"}
+
+
+def field_value(field: str, gpu: dict[str, Any], doc: dict[str, Any]) -> str:
+    driver = doc["driver"]
+    total, used = int(gpu["memory_total_mib"]), int(gpu["memory_used_mib"])
+    values: dict[str, str] = {
+        "index": str(gpu["index"]),
+        "name": gpu["name"],
+        "uuid": gpu["uuid"],
+        "count": str(len(doc["gpus"])),
+        "pci.bus_id": gpu["pci_bus_id"],
+        "driver_version": driver["version"],
+        "compute_cap": gpu.get("compute_cap", "9.0"),
+        "memory.total": str(total),
+        "memory.used": str(used),
+        "memory.free": str(total - used),
+        "utilization.gpu": "0",
+        "utilization.memory": "0",
+        "temperature.gpu": "30",
+        "power.draw": "70.00",
+        "power.limit": "700.00",
+        "persistence_mode": "Enabled",
+        "mig.mode.current": "Disabled",
+    }
+    return values[field]
+
+
+def query_gpu(fields_arg: str, format_arg: str, gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
+    fields = [ALIASES.get(f.strip(), f.strip()) for f in fields_arg.split(",") if f.strip()]
+    for field in fields:
+        if field not in UNITS:
+            sys.stdout.write(f'Field "{field}" is not a valid field to query.\n\n')
+            return EXIT_BAD_ARGS
+    options = {part.strip() for part in format_arg.split(",")}
+    if "csv" not in options:
+        sys.stdout.write(f'"{format_arg}" is not a valid format.\n')
+        return EXIT_BAD_ARGS
+    with_units = "nounits" not in options
+    if "noheader" not in options:
+        header = [f"{f} [{UNITS[f]}]" if UNITS[f] else f for f in fields]
+        sys.stdout.write(", ".join(header) + "\n")
+    for gpu in gpus:
+        row = []
+        for field in fields:
+            value = field_value(field, gpu, doc)
+            row.append(f"{value} {UNITS[field]}" if with_units and UNITS[field] else value)
+        sys.stdout.write(", ".join(row) + "\n")
+    return 0
+
+
+def list_gpus(gpus: list[dict[str, Any]]) -> int:
+    for gpu in gpus:
+        sys.stdout.write(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})\n")
+    return 0
+
+
+def version(doc: dict[str, Any]) -> int:
+    driver = doc["driver"]
+    short = ".".join(driver["version"].split(".")[:2])
+    sys.stdout.write(
+        f"NVIDIA-SMI version  : {driver['version']}\n"
+        f"NVML version        : {short}\n"
+        f"DRIVER version      : {driver['version']}\n"
+        f"CUDA Version        : {driver['cuda_version']}\n"
+    )
+    return 0
+
+
+def summary(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
+    driver = doc["driver"]
+    rule = "+-----------------------------------------+------------------------+----------------------+"
+    head = f" NVIDIA-SMI {driver['version']:<22} Driver Version: {driver['version']:<14} "
+    head += f"CUDA Version: {driver['cuda_version']:<9}"
+    lines = [
+        time.strftime("%a %b %d %H:%M:%S %Y"),
+        "+" + "-" * 89 + "+",
+        f"|{head:<89}|",
+        rule.replace("+", "|", 1)[:-1] + "|",
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+        "|=========================================+========================+======================|",
+    ]
+    for gpu in gpus:
+        name = gpu["name"][:28]
+        memory = f"{gpu['memory_used_mib']}MiB / {gpu['memory_total_mib']}MiB"
+        lines.append(f"| {gpu['index']:>3}  {name:<28}   On  | {gpu['pci_bus_id']:>18} Off |{'0':>21} |")
+        lines.append(f"| N/A   30C    P0         70W /  700W     | {memory:>22} |      0%      Default |")
+        lines.append(rule)
+    lines += [
+        "",
+        "+" + "-" * 89 + "+",
+        f"| {'Processes:':<88}|",
+        f"|  {'No running processes found':<87}|",
+        "+" + "-" * 89 + "+",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def topology(gpus: list[dict[str, Any]]) -> int:
+    names = [f"GPU{g['index']}" for g in gpus]
+    sys.stdout.write("\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n")
+    half = max(1, len(gpus) // 2)
+    for row, gpu in enumerate(gpus):
+        cells = ["X" if col == row else "NV18" for col in range(len(gpus))]
+        numa = 0 if row < half else 1
+        cpus = "0-47,96-143" if numa == 0 else "48-95,144-191"
+        sys.stdout.write(f"GPU{gpu['index']}\t" + "\t".join(cells) + f"\t{cpus}\t{numa}\t\tN/A\n")
+    sys.stdout.write("\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n")
+    return 0
+
+
+def option_value(args: list[str], name: str) -> str | None:
+    """Accept both `--name=value` and `--name value`, as the real tool does."""
+    for position, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and position + 1 < len(args):
+            return args[position + 1]
+    return None
+
+
+def main(args: list[str]) -> int:
+    try:
+        with open(GPUS_JSON) as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        doc = {"driver": None, "gpus": []}
+    if doc.get("driver") is None:
+        sys.stdout.write(NO_DRIVER)
+        return EXIT_NO_DRIVER
+    if "--version" in args:
+        return version(doc)
+    gpus: list[dict[str, Any]] = doc["gpus"]
+    if not gpus:
+        sys.stdout.write("No devices were found\n")
+        return EXIT_NO_DEVICES
+    selected = option_value(args, "-i") or option_value(args, "--id")
+    if selected is not None:
+        wanted = {s.strip() for s in selected.split(",")}
+        gpus = [g for g in gpus if str(g["index"]) in wanted]
+    query = option_value(args, "--query-gpu")
+    if query is not None:
+        return query_gpu(query, option_value(args, "--format") or "", gpus, doc)
+    if "-L" in args or "--list-gpus" in args:
+        return list_gpus(gpus)
+    if args[:1] == ["topo"] and "-m" in args:
+        return topology(gpus)
+    if not [a for a in args if a not in ("-i", "--id") and a != selected]:
+        return summary(gpus, doc)
+    sys.stdout.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
+    return EXIT_BAD_ARGS
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,161 @@
+"""Taking a lab fleet apart completely (processes, cgroups, mounts, netns, veths, bridge, package server).
+
+Every step tolerates a half-made fleet, so the same code rolls back a failed `lab up` and runs `lab down`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from vllmctl.errors import InputError, VllmctlError
+from vllmctl.lab import machines, network, state
+from vllmctl.lab.inventory_doc import written_by_lab
+from vllmctl.lab.layout import FleetLayout, LabHost, fleet_layout
+from vllmctl.lab.preflight import require_root
+
+STOP_GRACE_S = 8.0
+
+
+def host_dir(name: str, host: LabHost) -> Path:
+    return state.fleet_dir(name) / "hosts" / host.name
+
+
+def layout_of(saved: state.FleetState) -> FleetLayout:
+    return fleet_layout(saved.name, saved.subnet, saved.host_count)
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    prefix = str(directory) + "/"
+    with open("/proc/self/mounts") as handle:
+        points = [line.split()[1] for line in handle]
+    return [point for point in points if point.startswith(prefix)]
+
+
+def leftovers(saved: state.FleetState) -> list[str]:
+    """Everything of this fleet still present on the controller, named for people."""
+    layout = layout_of(saved)
+    found = network.leftovers(layout)
+    found += [f"mount {point}" for point in _mounts_under(state.fleet_dir(saved.name))]
+    for host in layout.hosts:
+        if machines.running_pids(layout, host):
+            found.append(f"processes of {host.name}")
+    for root in machines.cgroup_roots():
+        if (root / layout.cgroup).exists():
+            found.append(f"cgroup {root / layout.cgroup}")
+    if state.process_alive(saved.pkg_server_pid, "vllmctl.lab.pkgserver"):
+        found.append(f"package server pid {saved.pkg_server_pid}")
+    return found
+
+
+def _stop_pkg_server(pid: int | None) -> None:
+    if not state.process_alive(pid, "vllmctl.lab.pkgserver") or pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 3
+    while state.process_alive(pid, "vllmctl.lab.pkgserver") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if state.process_alive(pid, "vllmctl.lab.pkgserver"):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    # Launchers are our children only when a failed bring-up is rolled back in the same process.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _steps(saved: state.FleetState) -> list[tuple[str, Callable[[], None]]]:
+    layout = layout_of(saved)
+    hosts = layout.hosts
+    deadline = time.monotonic() + STOP_GRACE_S
+    steps: list[tuple[str, Callable[[], None]]] = []
+    steps += [
+        (f"stop {h.name}", partial(machines.request_stop, layout, h, host_dir(saved.name, h))) for h in hosts
+    ]
+    steps += [(f"wait for {h.name}", partial(machines.finish_stop, layout, h, deadline)) for h in hosts]
+    steps += [(f"reap {pid}", partial(_reap, pid)) for pid in saved.launcher_pids.values()]
+    steps.append(("stop the package server", partial(_stop_pkg_server, saved.pkg_server_pid)))
+    steps += [(f"unmount {h.name}", partial(machines.unmount, host_dir(saved.name, h))) for h in hosts]
+    steps += [(f"network of {h.name}", partial(network.remove_host_network, h)) for h in hosts]
+    steps.append(("bridge", partial(network.remove_bridge, layout)))
+    steps += [
+        (f"cgroup {r}", partial(machines.remove_cgroup_tree, r / layout.cgroup))
+        for r in machines.cgroup_roots()
+    ]
+    return steps
+
+
+def teardown(saved: state.FleetState) -> None:
+    """Run every removal step even when one fails, then check that nothing of the fleet is left."""
+    failures = []
+    for what, step in _steps(saved):
+        try:
+            step()
+        except Exception as exc:  # keep going: a later step may still free what this one needed
+            failures.append(f"{what}: {exc}")
+    remains = leftovers(saved)
+    if remains:
+        detail = f"; errors: {'; '.join(failures)}" if failures else ""
+        raise VllmctlError(
+            f"lab fleet {saved.name!r} could not be removed completely: {', '.join(remains)}{detail}",
+            f"retry `vllmctl lab down --name {saved.name}`; its state is kept so nothing is forgotten",
+        )
+    if saved.inventory:
+        inventory = Path(saved.inventory)
+        if inventory.is_file() and written_by_lab(inventory.read_text(), saved.name):
+            inventory.unlink()
+    shutil.rmtree(state.fleet_dir(saved.name), ignore_errors=True)
+    state.restore_inotify_if_last()
+
+
+def down(name: str) -> None:
+    require_root()
+    busy = f"a `vllmctl lab up` or `lab down` for fleet {name!r} is in progress"
+    with state.lock(name, busy, "wait for it to finish, then retry"):
+        saved = state.load(name)
+        if saved is None:
+            names = ", ".join(s.name for s in state.all_states()) or "none"
+            raise InputError(
+                f"there is no lab fleet named {name!r}", f"fleets here: {names} (`vllmctl lab list`)"
+            )
+        teardown(saved)
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    name: str
+    hosts: int
+    running: int
+    cidr: str
+    state: str
+    inventory: str | None
+    pkg_server: bool
+
+
+def statuses() -> list[FleetStatus]:
+    found = []
+    for saved in state.all_states():
+        layout = layout_of(saved)
+        running = sum(
+            1 for h in layout.hosts if state.process_alive(saved.launcher_pids.get(h.name), "systemd-nspawn")
+        )
+        if saved.phase != "up":
+            label = "creating or stale"
+        elif running == saved.host_count:
+            label = "running"
+        else:
+            label = "stale" if running == 0 else "degraded"
+        serving = state.process_alive(saved.pkg_server_pid, "vllmctl.lab.pkgserver")
+        found.append(
+            FleetStatus(saved.name, saved.host_count, running, layout.cidr, label, saved.inventory, serving)
+        )
+    return found
