@@ -161,6 +161,7 @@ SGLANG_FLAGS: dict[str, FlagSpec] = {
     "log_level": _choice("debug", "info", "warning", "error", "critical"),
     "log_requests": STORE_TRUE,
     "json_model_override_args": JSON,
+    "preferred_sampling_params": JSON,  # default SamplingParams under each request's own values
     "chat_template": STR,
     "tool_call_parser": STR,
     "reasoning_parser": STR,

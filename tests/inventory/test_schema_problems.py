@@ -46,7 +46,8 @@ def test_unknown_keys_get_did_you_mean(problems: Problems) -> None:
         "  hint: did you mean 'max_model_len'?",
         "inv.yml:6:59: models.m.zzz: unknown key 'zzz'\n  hint: allowed keys here: "
         "allow_context_shrink, engine, "
-        "engine_args, hosts, max_model_len, port, profile, revision, slo, source",
+        "engine_args, hosts, max_model_len, multimodal, port, profile, revision, sampling, slo, source, "
+        "use_case, workload",
     ]
 
 

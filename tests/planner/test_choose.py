@@ -4,6 +4,7 @@ error, SGLang plans, and whole-inventory planning."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -85,17 +86,21 @@ def test_fp8_kv_cache_when_it_is_the_only_way_to_fit() -> None:
     assert any("fp8" in w for w in plan.warnings)
 
 
-def test_enforce_eager_when_graphs_do_not_fit() -> None:
+def test_fewer_graph_sizes_then_enforce_eager_when_graphs_do_not_fit() -> None:
     arch = load_arch("Qwen/Qwen3-8B")
     base = VllmSettings(parse_version("0.21.0"), 1, 1, 0.92, 40960, 256, 2048)
     with_graphs = vllm_memory(arch, L4, base).max_model_len_that_fits
-    eager = vllm_memory(
-        arch, L4, VllmSettings(**{**base.__dict__, "enforce_eager": True})
-    ).max_model_len_that_fits
-    assert with_graphs < eager
-    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(with_graphs + eager) // 2)
+    fewer = vllm_memory(arch, L4, replace(base, capture_sizes=(1, 2, 4, 8, 16, 32))).max_model_len_that_fits
+    eager = vllm_memory(arch, L4, replace(base, enforce_eager=True)).max_model_len_that_fits
+    assert with_graphs < fewer < eager
+    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(with_graphs + fewer) // 2)
+    plan = plan_deployment(arch, L4, 1, request)
+    assert plan.engine_args["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
+    assert plan.engine_args["enforce_eager"] is False
+    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(fewer + eager) // 2)
     plan = plan_deployment(arch, L4, 1, request)
     assert plan.engine_args["enforce_eager"] is True
+    assert "compilation_config" not in plan.engine_args
     assert plan.engine_args["kv_cache_dtype"] == "auto"
 
 
@@ -153,7 +158,8 @@ def test_sglang_plan_picks_replicas_and_its_own_flags() -> None:
     assert plan.engine_args["tp_size"] == 1
     assert plan.engine_args["mem_fraction_static"] == 0.835
     assert plan.engine_args["chunked_prefill_size"] == 8192
-    assert len(plan.replicas) == 2
+    assert plan.engine_args["dp_size"] == 2
+    assert [(r.gpu_indices, r.port) for r in plan.replicas] == [((0, 1), 8000)]
 
 
 def _host(name: str, gpus: GpuSpec | None) -> Host:
@@ -211,4 +217,4 @@ def test_memory_saver_lowers_utilization_to_what_the_model_needs() -> None:
     util = plan.engine_args["gpu_memory_utilization"]
     assert util < 0.5
     assert plan.memory.max_concurrency >= 1
-    assert plan.engine_args["max_num_seqs"] == 64
+    assert plan.engine_args["max_num_seqs"] == 32

@@ -34,6 +34,23 @@ class QuantConfig:
 
 
 @dataclass(frozen=True)
+class VisionConfig:
+    """A vision-language model's image encoder (ViT blocks + a merger/projector into the text model)."""
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int
+    out_hidden_size: int  # the text model's hidden size the projector maps into
+    spatial_merge_size: int = 1  # patches merged into one text token (Qwen2-VL: 2×2)
+    temporal_patch_size: int = 1
+    in_channels: int = 3
+    gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL) rather than fc1/fc2 (CLIP, SigLIP)
+    max_patches: int = 576  # patches of the largest image the processor emits
+
+
+@dataclass(frozen=True)
 class ModelArch:
     name: str
     model_type: str
@@ -63,6 +80,7 @@ class ModelArch:
     v_head_dim: int = 0
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
+    vision: VisionConfig | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -182,6 +200,7 @@ def _compressed_tensors(raw: dict[str, Any], attention_quantized: bool) -> Quant
 
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
+    vision = _vision(config)
     if isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
     hidden = _int(config, "hidden_size", "n_embd", "d_model")
@@ -217,7 +236,9 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
         max_position_embeddings=_derived_max_len(config),
         quantization=parse_quantization(config.get("quantization_config")),
-        qkv_bias=bool(config.get("attention_bias", config.get("model_type") in ("qwen2", "qwen2_moe"))),
+        qkv_bias=bool(
+            config.get("attention_bias", config.get("model_type") in ("qwen2", "qwen2_moe", "qwen2_5_vl"))
+        ),
         num_experts=experts,
         experts_per_token=_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
         if experts
@@ -236,6 +257,40 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         v_head_dim=_int(config, "v_head_dim"),
         sliding_window=sliding,
         layer_types=layer_types,
+        vision=vision,
+    )
+
+
+# Qwen2-VL / Qwen2.5-VL processors accept images up to max_pixels = 12845056 (3584²) by default.
+QWEN_VL_MAX_PIXELS = 12845056
+
+
+def _vision(config: dict[str, Any]) -> VisionConfig | None:
+    raw = config.get("vision_config")
+    if not isinstance(raw, dict):
+        return None
+    hidden = _int(raw, "hidden_size", "embed_dim")
+    patch = _int(raw, "patch_size", "spatial_patch_size", default=14)
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    if str(config.get("model_type", "")).startswith("qwen2"):
+        max_patches = QWEN_VL_MAX_PIXELS // (patch * patch)
+        gated = str(config.get("model_type")) == "qwen2_5_vl"
+    else:
+        side = _int(raw, "image_size", default=336) // patch
+        max_patches, gated = side * side + 1, False  # CLIP/SigLIP: one fixed size plus the class token
+    return VisionConfig(
+        depth=_int(raw, "depth", "num_hidden_layers"),
+        hidden_size=hidden,
+        intermediate_size=_int(raw, "intermediate_size", default=4 * hidden),
+        num_heads=_int(raw, "num_heads", "num_attention_heads", default=16),
+        patch_size=patch,
+        out_hidden_size=_int(raw, "out_hidden_size", default=_int(text, "hidden_size")),
+        spatial_merge_size=_int(raw, "spatial_merge_size", default=1),
+        temporal_patch_size=_int(raw, "temporal_patch_size", default=1),
+        in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
+        gated_mlp=gated,
+        max_patches=max_patches,
     )
 
 

@@ -74,17 +74,20 @@ def _attention(arch: ModelArch, tp: int) -> list[Linear]:
     ]
 
 
-def _mlp(arch: ModelArch, index: int, tp: int) -> list[Linear]:
+def _mlp(arch: ModelArch, index: int, tp: int, ep: bool = False) -> list[Linear]:
     h = arch.hidden_size
     if not arch.is_moe_layer(index):
         inter = _div(arch.intermediate_size, tp)
         return [Linear("mlp", 2 * inter, h), Linear("mlp", h, inter)]
-    inter = _div(arch.moe_intermediate_size, tp)
+    # Expert parallel: each rank holds whole experts (the first ranks one more when tp does not divide
+    # them) instead of a 1/tp slice of every expert; the shared expert stays tensor-parallel.
+    inter = arch.moe_intermediate_size if ep else _div(arch.moe_intermediate_size, tp)
+    experts = -(-arch.num_experts // tp) if ep else arch.num_experts
     gated_bias = arch.model_type == "gpt_oss"
     parts = [
         Linear("router", arch.num_experts, h, bias=gated_bias),
-        Linear("expert", 2 * inter, h, count=arch.num_experts, bias=gated_bias),
-        Linear("expert", h, inter, count=arch.num_experts, bias=gated_bias),
+        Linear("expert", 2 * inter, h, count=experts, bias=gated_bias),
+        Linear("expert", h, inter, count=experts, bias=gated_bias),
     ]
     shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
     if shared:
@@ -94,9 +97,10 @@ def _mlp(arch: ModelArch, index: int, tp: int) -> list[Linear]:
 
 @lru_cache(maxsize=4096)
 def stage_linears(
-    arch: ModelArch, tp: int, first_layer: int, last_layer: int, embed: bool, head: bool
+    arch: ModelArch, tp: int, first_layer: int, last_layer: int, embed: bool, head: bool, ep: bool = False
 ) -> tuple[Linear, ...]:
-    """Every weight one rank of one pipeline stage holds (layers first_layer..last_layer-1)."""
+    """Every weight one rank of one pipeline stage holds (layers first_layer..last_layer-1);
+    `ep`: experts split across the tp ranks (expert parallel) rather than each expert sharded."""
     vocab = padded_vocab(arch, tp)
     parts: list[Linear] = []
     if embed:
@@ -104,7 +108,7 @@ def stage_linears(
     for index in range(first_layer, last_layer):
         layer_parts = [
             *_attention(arch, tp),
-            *_mlp(arch, index, tp),
+            *_mlp(arch, index, tp, ep),
             Linear("norm", arch.hidden_size, 1, count=2),
         ]
         parts += [replace(part, layer=index) for part in layer_parts]

@@ -41,6 +41,8 @@ models:
     max_model_len: 8192
     engine_args: {gpu_memory_utilization: 0.92}
     slo: {ttft_p99_ms: 2000, itl_p99_ms: 100}
+    use_case: chat
+    sampling: {repetition_penalty: 1.05}
 secrets:
   hf_token: {env: HF_TOKEN}
 ```
@@ -61,6 +63,9 @@ Examples that validate: `inventories/single-host.yml`, `inventories/mixed-fleet.
   `api_key` must be `{secret: NAME}`, naming an entry of `secrets`. Parallelism (tensor × pipeline × data
   parallel size) needing more GPUs than a host declares in `gpus` is an error, and a context length given
   in `engine_args` (`max_model_len`, SGLang's `context_length`) must equal the model's `max_model_len`.
+- `use_case` picks default sampling from the serving guides and `sampling` sets values explicitly (they
+  win); both become the engine's server-side defaults, which a request's own values still override. See
+  `docs/presets.md` for the table and for what each engine can default.
 - Secrets are never written in the inventory: a `secrets` entry is `{env: VAR}` or `{file: PATH}`, read on
   the controller. Token-looking strings (`hf_...`, `sk-...`, `ghp_...`, AWS keys, private keys) and keys
   named like `*token`, `*password`, `*secret`, `*api_key` holding a literal anywhere are errors.
@@ -100,6 +105,8 @@ SECTIONS = [
     ("`engine` (in `defaults`, hosts and models)", "#/$defs/engine"),
     ("`models.NAME`", "#/$defs/model"),
     ("`models.NAME.slo`", "#/$defs/slo"),
+    ("`models.NAME.sampling`", "#/$defs/sampling"),
+    ("`models.NAME.multimodal`", "#/$defs/multimodal"),
     ("`secrets.NAME`", "#/$defs/secret"),
 ]
 ANCHORS = {ref: title for title, ref in SECTIONS if ref}

@@ -90,7 +90,17 @@ def _model(
         engine_args=dict(mapping(body.get("engine_args"))),
         slo={key: float(value) for key, value in mapping(body.get("slo")).items()},
         revision=body.get("revision"),
+        use_case=body.get("use_case"),
+        sampling=_sampling(mapping(body.get("sampling"))),
+        multimodal={key: int(value) for key, value in mapping(body.get("multimodal")).items()},
+        workload=body.get("workload", "independent"),
     )
+
+
+def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:
+    # JSON Schema counts 2.0 as an integer; the engines want top_k, seed and max_tokens as real ints.
+    whole = ("top_k", "seed", "max_tokens")
+    return {key: int(value) if key in whole else float(value) for key, value in raw.items()}
 
 
 def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 EngineName = Literal["vllm", "sglang"]
 Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
+UseCase = Literal["code", "factual", "summarization", "translation", "chat", "creative"]
+Workload = Literal["shared_prefix", "independent"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class ModelDeployment:
     engine_args: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
     revision: str | None = None
+    use_case: UseCase | None = None
+    sampling: dict[str, float | int] = field(default_factory=dict)  # explicit values win over use_case
+    multimodal: dict[str, int] = field(default_factory=dict)  # images_per_prompt, videos_per_prompt
+    workload: Workload = "independent"
 
 
 @dataclass(frozen=True)

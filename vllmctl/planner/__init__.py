@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from functools import lru_cache
 
 from vllmctl.catalog.arch import ModelArch
@@ -26,13 +25,16 @@ def plan_deployment(
         raise InputError(f"{arch.name}: no GPUs to plan on", "declare gpus for the host or gather facts")
     if request.profile not in PROFILES:
         raise InputError(f"unknown profile {request.profile!r}", f"choose one of {', '.join(PROFILES)}")
-    args = tuple(sorted(request.engine_args.items()))
-    if not all(isinstance(value, Hashable) for _, value in args):
-        return _plan(arch, gpu, gpu_count, request)
     r = request
     key = (r.engine, r.engine_version, r.profile, r.max_model_len, r.allow_context_shrink, r.concurrency,
-           r.nodes, r.base_port, args)  # fmt: skip
-    outcome = _memo(arch, gpu, gpu_count, _Key(request, key))
+           r.nodes, r.base_port, tuple(sorted(r.engine_args.items())), r.use_case,
+           tuple(sorted(r.sampling.items())), r.images_per_prompt, r.videos_per_prompt,
+           r.workload)  # fmt: skip
+    try:
+        hashed = hash(key)
+    except TypeError:  # nested mappings in engine_args (compilation_config, ...): plan without the memo
+        return _plan(arch, gpu, gpu_count, request)
+    outcome = _memo(arch, gpu, gpu_count, _Key(request, key, hashed))
     if isinstance(outcome, VllmctlError):
         raise type(outcome)(outcome.message, outcome.hint)
     return outcome
@@ -47,11 +49,11 @@ def _plan(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: DeploymentReq
 class _Key:
     """Hashes on a precomputed key while carrying the request itself."""
 
-    def __init__(self, request: DeploymentRequest, key: object) -> None:
-        self.request, self.key = request, key
+    def __init__(self, request: DeploymentRequest, key: object, hashed: int) -> None:
+        self.request, self.key, self.hashed = request, key, hashed
 
     def __hash__(self) -> int:
-        return hash(self.key)
+        return self.hashed
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Key) and self.key == other.key

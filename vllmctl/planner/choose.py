@@ -5,6 +5,7 @@ each with a one-line reason; explicit engine_args win and are only checked. No f
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
@@ -13,10 +14,20 @@ from vllmctl.planner.infeasible import infeasible_error
 from vllmctl.planner.tuning import normalize_args, profile_tuning, valid_tp_sizes
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest
 from vllmctl.planner.versions import default_gpu_memory_utilization, parse_version
+from vllmctl.planner.vllm_features import expert_parallel, graph_modes
 from vllmctl.planner.vllm_memory import VllmSettings
 from vllmctl.planner.vllm_reasons import Candidate, evaluate, finish_plan
 
 MAX_PIPELINE_NODES = 16
+
+
+def _media_items(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> int:
+    if arch.vision is None:
+        return 0
+    limits = explicit.get("limit_mm_per_prompt")
+    if isinstance(limits, dict):
+        return sum(int(v) for v in limits.values() if isinstance(v, int) and not isinstance(v, bool))
+    return request.images_per_prompt + request.videos_per_prompt
 
 
 def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: DeploymentRequest) -> DeploymentPlan:
@@ -49,6 +60,7 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         kv_cache_dtype=str(explicit.get("kv_cache_dtype", "auto")),
         enforce_eager=bool(explicit.get("enforce_eager", False)),
         kv_cache_memory_bytes=explicit.get("kv_cache_memory_bytes"),
+        mm_items=_media_items(arch, request, explicit),
     )
     target = request.concurrency or 1.0
     tp_sizes = valid_tp_sizes(arch, gpu_count)
@@ -64,15 +76,15 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         tp_sizes = tp_sizes[::-1]  # widest TP first: one replica, lowest inter-token latency
     pp_options = [int(explicit["pipeline_parallel_size"])] if "pipeline_parallel_size" in explicit else [1]
     kv_options = [base.kv_cache_dtype] if "kv_cache_dtype" in explicit else ["auto", "fp8"]
-    eager_options = [base.enforce_eager] if "enforce_eager" in explicit else [False, True]
+    modes = graph_modes(request.profile, explicit, base.max_num_seqs)
 
     def search(kv: str, pps: list[int], tps: list[int], need: float) -> Candidate | None:
         for pp in pps:
             for tp in tps:
-                for eager in eager_options:
-                    cand = evaluate(
-                        arch, gpu, replace(base, tp=tp, pp=pp, kv_cache_dtype=kv, enforce_eager=eager)
-                    )
+                ep = expert_parallel(arch, tp, explicit)
+                for eager, sizes in modes:
+                    settings = replace(base, tp=tp, pp=pp, kv_cache_dtype=kv, enforce_eager=eager)
+                    cand = evaluate(arch, gpu, replace(settings, capture_sizes=sizes, expert_parallel=ep))
                     if cand.ok and cand.memory.max_concurrency >= need:
                         return cand
         return None
@@ -87,7 +99,14 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         chosen = search(kv_options[0], multi, tp_sizes[-1:], 1.0)
         if chosen is None and len(kv_options) > 1:
             chosen = search("fp8", multi, tp_sizes[-1:], 1.0)
-    widest = replace(base, tp=max(tp_sizes), pp=pp_options[0], kv_cache_dtype=kv_options[0])
+    widest = replace(
+        base,
+        tp=max(tp_sizes),
+        pp=pp_options[0],
+        kv_cache_dtype=kv_options[0],
+        capture_sizes=modes[0][1],
+        expert_parallel=expert_parallel(arch, max(tp_sizes), explicit),
+    )
     if chosen is None and request.allow_context_shrink and "max_model_len" not in explicit:
         best = evaluate(arch, gpu, widest).memory.max_model_len_that_fits
         shrunk = (best // 1024) * 1024 if best >= 2048 else best

@@ -91,6 +91,11 @@ def _request(model: ModelDeployment, host: Host, nodes: int) -> DeploymentReques
         concurrency=float(concurrency) if concurrency else None,
         nodes=nodes,
         base_port=model.port,
+        use_case=model.use_case,
+        sampling=dict(model.sampling),
+        images_per_prompt=model.multimodal.get("images_per_prompt", 1),
+        videos_per_prompt=model.multimodal.get("videos_per_prompt", 0),
+        workload=model.workload,
     )
 
 

@@ -10,6 +10,8 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
+from vllmctl.planner.presets import sampling_plan
+from vllmctl.planner.sglang_features import sglang_guide_decisions
 from vllmctl.planner.sglang_memory import SglangSettings, sglang_memory
 from vllmctl.planner.tuning import valid_tp_sizes
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, Replica
@@ -29,6 +31,12 @@ def _normalize(args: dict[str, Any]) -> dict[str, Any]:
         name = key.lstrip("-").replace("-", "_")
         out[SGLANG_ALIASES.get(name, name)] = value
     return out
+
+
+def _ep(arch: ModelArch, tp: int, explicit: dict[str, Any]) -> bool:
+    if "ep_size" in explicit:
+        return int(explicit["ep_size"]) > 1
+    return arch.is_moe and tp > 1 and arch.num_experts > tp
 
 
 def plan_sglang(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: DeploymentRequest) -> DeploymentPlan:
@@ -56,9 +64,10 @@ def plan_sglang(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploym
     chosen = None
     for kv in kv_options:
         for tp in tp_sizes:
-            memory = sglang_memory(arch, gpu, replace(base, tp=tp, kv_cache_dtype=kv))
+            settings = replace(base, tp=tp, kv_cache_dtype=kv, expert_parallel=_ep(arch, tp, explicit))
+            memory = sglang_memory(arch, gpu, settings)
             if memory.fits:
-                chosen = (replace(base, tp=tp, kv_cache_dtype=kv), memory)
+                chosen = (settings, memory)
                 break
         if chosen:
             break
@@ -78,8 +87,9 @@ def plan_sglang(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploym
         Decision(
             "tp_size",
             settings.tp,
-            f"tp {settings.tp}: weights {mem.weights_gib:.2f} GiB/GPU leave "
-            f"{mem.kv_cache_tokens:,} KV tokens ({mem.max_concurrency:.2f}x the {context:,} context)",
+            f"{'explicit; ' if 'tp_size' in explicit else ''}tp {settings.tp}: weights {mem.weights_gib:.2f} "
+            f"GiB/GPU leave {mem.kv_cache_tokens:,} KV tokens ({mem.max_concurrency:.2f}x the {context:,} "
+            "context)",
         ),
         Decision(
             "mem_fraction_static",
@@ -112,15 +122,16 @@ def plan_sglang(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploym
             else "SGLang default: tokens / context x 512, clamped to 2048..4096",
         ),
         Decision(
-            "context_length", context, f"one request needs {context:,} of {mem.kv_cache_tokens:,} KV tokens"
+            "context_length",
+            context,
+            f"{'explicit; ' if 'context_length' in explicit else ''}one request needs {context:,} of "
+            f"{mem.kv_cache_tokens:,} KV tokens",
         ),
-        Decision(
-            "data_parallel_replicas",
-            replicas,
-            f"{gpu_count} GPUs / tp {settings.tp} = {replicas} replicas "
-            "(dp beats wider tp for throughput when the model fits)",
-        ),
+        *sglang_guide_decisions(arch, request, explicit, settings.tp, replicas),
     ]
+    sampling = sampling_plan("sglang", request.use_case, request.sampling, explicit)
+    reasons += sampling.decisions
+    warnings += sampling.warnings
     if settings.kv_cache_dtype != "auto":
         reasons.append(
             Decision(
@@ -131,12 +142,10 @@ def plan_sglang(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploym
                 else f"fp8 KV is the only way to fit context {context:,}",
             )
         )
-    args = {d.flag: d.value for d in reasons if d.flag != "data_parallel_replicas"}
+    args = {d.flag: d.value for d in reasons}
     args.update(explicit)
-    port_replicas = tuple(
-        Replica(i, tuple(range(i * settings.tp, (i + 1) * settings.tp)), request.base_port + i, i)
-        for i in range(replicas)
-    )
+    # dp_size workers share one server and port; SGLang balances requests across them.
+    port_replicas = (Replica(0, tuple(range(settings.tp * int(args["dp_size"]))), request.base_port, 0),)
     return DeploymentPlan(
         arch.name,
         "sglang",

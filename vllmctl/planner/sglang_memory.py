@@ -27,6 +27,7 @@ class SglangSettings:
     cuda_graph_max_bs: int | None = None
     max_running_requests: int | None = None
     kv_cache_dtype: str = "auto"
+    expert_parallel: bool = False  # ep_size = tp_size: whole experts per GPU
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def sglang_memory(arch: ModelArch, gpu: GpuModel, settings: SglangSettings) -> S
         gpu.cuda_bytes - CUDA_CONTEXT_GIB * GIB - nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     )
     stages = pipeline_stages(arch.num_layers, settings.pp)
-    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp)
+    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp, settings.expert_parallel)
     tokens, rest, weights, cell = -1, 0.0, 0.0, 1
     for (first, last), stage_weights in zip(stages, weights_per_stage, strict=True):
         stage_rest = pre_load * fraction - stage_weights

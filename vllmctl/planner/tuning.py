@@ -54,21 +54,21 @@ def profile_tuning(profile: str, version: tuple[int, int, int], gpu: GpuModel) -
             tokens,
             seqs,
             f"throughput: {tokens} tokens per step favours prefill throughput and TTFT",
-            f"throughput: up to {seqs} sequences batched per step",
+            f"throughput: up to {seqs} sequences batched per step; more concurrent decodes per weight read",
         )
     if profile == "latency":
         return Tuning(
             2048,
-            128,
-            "latency: 2048 tokens per step keeps decode steps short (better inter-token latency)",
-            "latency: at most 128 sequences per step so each decode step stays fast",
+            64,
+            "latency: a small 2048-token step budget keeps each step short, so prefills cannot stall decodes",
+            "latency: at most 64 sequences per step (the guides' 16-64) so each decode step stays fast",
         )
     if profile == "memory-saver":
         return Tuning(
             2048,
-            64,
+            32,
             "memory-saver: 2048 tokens per step keeps the profile-run activation peak small",
-            "memory-saver: 64 sequences bound the sampler's logits memory",
+            "memory-saver: 32 sequences bound the sampler's logits memory and the CUDA graphs captured",
         )
     return Tuning(
         default_tokens,

@@ -25,6 +25,11 @@ class DeploymentRequest:
     concurrency: float | None = None  # full-length requests each replica must hold at once
     nodes: int = 1  # hosts this deployment may span (pipeline parallel only when one cannot hold it)
     base_port: int = 8000
+    use_case: str | None = None  # default sampling preset (presets.USE_CASES)
+    sampling: dict[str, Any] = field(default_factory=dict)  # explicit sampling values; win over use_case
+    images_per_prompt: int = 1  # vision-language models only
+    videos_per_prompt: int = 0
+    workload: str = "independent"  # or shared_prefix
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import padded_vocab, pipeline_stages
 from vllmctl.planner.kv import kv_layout
+from vllmctl.planner.multimodal import encoder_memory
 from vllmctl.planner.versions import (
     CUDAGRAPH_PROFILING_SINCE,
     NCCL_OUTSIDE_BUDGET_SINCE,
@@ -48,6 +49,9 @@ class VllmSettings:
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
+    capture_sizes: tuple[int, ...] | None = None  # compilation_config cudagraph_capture_sizes; None: default
+    expert_parallel: bool = False
+    mm_items: int = 0  # images + videos per prompt the encoder is profiled with (vision-language models)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class MemoryBreakdown:
     weights_gib: float
     activation_peak_gib: float
     non_torch_gib: float
+    encoder_gib: float
     cudagraph_gib: float
     cudagraph_in_budget: bool
     nccl_gib: float
@@ -87,6 +92,7 @@ def activation_peak_bytes(
     max_num_seqs: int,
     version: Version = (0, 11, 0),
     last_stage: bool = True,
+    expert_parallel: bool = False,
 ) -> float:
     """Torch peak of the profile run: a forward over max_num_batched_tokens, then the dummy sampler.
 
@@ -99,7 +105,8 @@ def activation_peak_bytes(
     dense = tokens * 3 * (arch.intermediate_size // tp) * ACT_BYTES
     mlp = dense if not arch.is_moe or arch.first_k_dense else 0.0
     if arch.is_moe:
-        inter = max(arch.moe_intermediate_size // tp, 1)
+        # With expert parallel every rank runs the fused-MoE kernel over all tokens at full expert width.
+        inter = arch.moe_intermediate_size if expert_parallel else max(arch.moe_intermediate_size // tp, 1)
         routed = tokens * arch.experts_per_token
         moe = routed * (max(2 * inter, hidden) + inter) * ACT_BYTES + tokens * arch.num_experts * 4
         shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
@@ -125,7 +132,9 @@ def cudagraph_bytes(arch_layers: int, settings: VllmSettings) -> float:
     """Approximate CUDA-graph pool: one piecewise segment per layer (+1) for each captured size."""
     if settings.enforce_eager:
         return 0.0
-    sizes = cudagraph_capture_sizes(settings.max_num_seqs, settings.max_num_batched_tokens)
+    sizes = settings.capture_sizes or cudagraph_capture_sizes(
+        settings.max_num_seqs, settings.max_num_batched_tokens
+    )
     graphs = len(sizes) * (arch_layers + 1)
     factor = 1.5 if settings.tp > 1 else 1.0  # all-reduce nodes add per-graph buffers
     return graphs * GRAPH_MIB_PER_PIECE * factor * (1 << 20)
@@ -145,8 +154,11 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
     total = gpu.cuda_bytes
     requested = total * settings.gpu_memory_utilization
-    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp)
+    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp, settings.expert_parallel)
     stages = pipeline_stages(arch.num_layers, settings.pp)
+    encoder = encoder_memory(
+        arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items
+    )
     nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
     non_torch = GIB * (
@@ -163,7 +175,12 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             settings.max_num_seqs,
             settings.version,
             last_stage=number == settings.pp - 1,
+            expert_parallel=settings.expert_parallel,
         )
+        if number == 0 and encoder.weights:
+            # The encoder's profile run peaks on its own; its output embeddings stay for the decoder run.
+            weights += encoder.weights
+            activation = max(activation, encoder.activation) + encoder.outputs
         layout = kv_layout(
             arch,
             settings.tp,
@@ -199,6 +216,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         weights_gib=weights / GIB,
         activation_peak_gib=activation / GIB,
         non_torch_gib=non_torch / GIB,
+        encoder_gib=(encoder.weights + encoder.activation + encoder.outputs) / GIB,
         cudagraph_gib=graphs / GIB,
         cudagraph_in_budget=graphs_in_budget,
         nccl_gib=nccl / GIB,

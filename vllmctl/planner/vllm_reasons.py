@@ -8,9 +8,11 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
+from vllmctl.planner.presets import sampling_plan
 from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, Replica
 from vllmctl.planner.versions import CUDAGRAPH_PROFILING_SINCE, NCCL_OUTSIDE_BUDGET_SINCE
+from vllmctl.planner.vllm_features import expert_decision, graph_decisions, multimodal_decision
 from vllmctl.planner.vllm_memory import (
     CUDA_CONTEXT_GIB,
     MemoryBreakdown,
@@ -19,6 +21,8 @@ from vllmctl.planner.vllm_memory import (
     nccl_bytes,
     vllm_memory,
 )
+
+MEMORY_SAVER_CEILING = 0.80
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,16 @@ def finish_plan(
             )
         elif request.profile == "memory-saver":
             non_kv = mem.requested_gib - mem.available_kv_cache_gib
-            util = min(util, math.ceil(((non_kv + 2 * mem.needed_kv_gib) / gpu.cuda_gib + 0.02) * 100) / 100)
+            needed = math.ceil(((non_kv + 2 * mem.needed_kv_gib) / gpu.cuda_gib + 0.02) * 100) / 100
+            util = min(util, needed, MEMORY_SAVER_CEILING)
             why = (
-                f"memory-saver: {non_kv:.2f} GiB non-KV + 2 full-length requests "
+                f"memory-saver: the lower of {MEMORY_SAVER_CEILING} (the guides' ceiling, headroom for "
+                f"fragmentation and neighbours) and {non_kv:.2f} GiB non-KV + 2 full-length requests "
                 f"({2 * mem.needed_kv_gib:.2f} GiB KV) + 2% of {gpu.cuda_gib:.2f} GiB"
             )
+            if util < needed and not evaluate(arch, gpu, replace(s, gpu_memory_utilization=util)).ok:
+                util = min(s.gpu_memory_utilization, needed)
+                why = f"{why}; {MEMORY_SAVER_CEILING} cannot hold one request, so {util}"
         else:
             version = ".".join(map(str, s.version))
             why = f"vLLM {version} default; leaves {outside:.2f} GiB needed outside the budget"
@@ -96,9 +105,11 @@ def finish_plan(
         f"TP={s.tp}: weights {mem.weights_gib:.2f} GiB/GPU leave {mem.available_kv_cache_gib:.2f} GiB KV = "
         f"{mem.kv_cache_tokens:,} tokens, {mem.max_concurrency:.2f}x requests of {s.max_model_len:,}"
     )
-    if s.tp > 1 and "tensor_parallel_size" not in explicit and request.profile != "latency":
+    if "tensor_parallel_size" in explicit:
+        tp_why = f"explicit; {tp_why}"
+    elif s.tp > 1 and request.profile != "latency":
         tp_why += f"; TP={s.tp // 2} could not hold {target:g} request(s) at that length"
-    if request.profile == "latency" and "tensor_parallel_size" not in explicit:
+    elif request.profile == "latency":
         tp_why += "; latency profile spreads one replica over the widest TP to cut inter-token latency"
     reasons.append(Decision("tensor_parallel_size", s.tp, tp_why))
     if s.pp > 1:
@@ -106,7 +117,9 @@ def finish_plan(
             Decision(
                 "pipeline_parallel_size",
                 s.pp,
-                f"one node of {gpu_count} GPUs cannot hold the model; {s.pp} stages across nodes",
+                "explicit"
+                if "pipeline_parallel_size" in explicit
+                else f"one node of {gpu_count} GPUs cannot hold the model; {s.pp} stages across nodes",
             )
         )
     reasons.append(
@@ -143,35 +156,33 @@ def finish_plan(
         Decision(
             "enable_prefix_caching",
             explicit.get("enable_prefix_caching", True),
-            "reuses KV of shared prompt prefixes (system prompts, chat history) at no memory cost",
+            _explicit(
+                "enable_prefix_caching",
+                explicit,
+                "reuses KV of shared prompt prefixes (system prompts, chat history) at no memory cost"
+                + ("; workload shared_prefix" if request.workload == "shared_prefix" else ""),
+            ),
         )
     )
     reasons.append(
         Decision(
             "enable_chunked_prefill",
             explicit.get("enable_chunked_prefill", True),
-            "splits long prompts so decodes keep running; bounded by max_num_batched_tokens",
+            _explicit(
+                "enable_chunked_prefill",
+                explicit,
+                "splits long prompts so decodes keep running; bounded by max_num_batched_tokens",
+            ),
         )
     )
-    if s.enforce_eager and "enforce_eager" not in explicit:
-        reasons.append(
-            Decision(
-                "enforce_eager",
-                True,
-                f"CUDA graphs ({mem.cudagraph_gib:.2f} GiB) do not fit the "
-                "memory left; eager mode trades some decode speed for starting at all",
-            )
-        )
-    else:
-        reasons.append(
-            Decision(
-                "enforce_eager",
-                s.enforce_eager,
-                "explicit"
-                if "enforce_eager" in explicit
-                else f"CUDA graphs fit ({mem.cudagraph_gib:.2f} GiB); they speed up decode",
-            )
-        )
+    reasons += graph_decisions(arch, request.profile, explicit, s, mem)
+    experts = expert_decision(arch, s, explicit)
+    if experts:
+        reasons.append(experts)
+    media, media_notes = multimodal_decision(arch, request, s, explicit)
+    if media:
+        reasons.append(media)
+    warnings += media_notes
     if s.kv_cache_dtype != "auto" and "kv_cache_dtype" not in explicit:
         reasons.append(
             Decision(
@@ -192,7 +203,19 @@ def finish_plan(
                 else f"model dtype; {mem.kv_bytes_per_token:,.0f} bytes/token/GPU fit",
             )
         )
+    sampling = sampling_plan("vllm", request.use_case, request.sampling, explicit)
+    reasons += sampling.decisions
+    warnings += sampling.warnings
     warnings += _check_explicit(explicit, mem, request.profile, target)
+    if (
+        request.profile in ("throughput", "memory-saver")
+        and not request.max_model_len
+        and ("max_model_len" not in explicit)
+    ):
+        warnings.append(
+            f"{request.profile}: max_model_len is not set, so the model's full {s.max_model_len:,} tokens "
+            "are planned; set the smallest context your requests need, every token of it costs KV cache"
+        )
     args: dict[str, Any] = {d.flag: d.value for d in reasons if d.flag != "data_parallel_replicas"}
     if s.pp == 1:
         args.pop("pipeline_parallel_size", None)
@@ -211,6 +234,10 @@ def finish_plan(
         tuple(reasons),
         tuple(warnings),
     )
+
+
+def _explicit(flag: str, explicit: dict[str, Any], why: str) -> str:
+    return "explicit" if flag in explicit else why
 
 
 def _check_explicit(explicit: dict[str, Any], mem: MemoryBreakdown, profile: str, target: float) -> list[str]:

@@ -56,12 +56,13 @@ def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> f
 
 
 @lru_cache(maxsize=4096)
-def stage_weight_bytes(arch: ModelArch, tp: int, pp: int) -> tuple[float, ...]:
-    """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same)."""
+def stage_weight_bytes(arch: ModelArch, tp: int, pp: int, ep: bool = False) -> tuple[float, ...]:
+    """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
+    parallel `ep`, the rank holding the most experts)."""
     stages = pipeline_stages(arch.num_layers, pp)
     sizes = []
     for number, (first, last) in enumerate(stages):
-        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1)
+        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1, ep and arch.is_moe)
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
         sizes.append(sum(linear_bytes(p, arch.quantization, arch.dtype_bytes) for p in kept))
