@@ -1,0 +1,288 @@
+"""End to end on the 4-host lab (real sshd, systemd 252, sudo): converge twice, --check after a manual edit,
+--limit, and faults (unreachable host, sshd killed mid-apply, a hung command, a held lock)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vllmctl.lab.testing import LabFleet, LabHostInfo
+
+pytestmark = pytest.mark.lab
+
+MODEL_SOURCE = '/srv/models/tiny;it\'s"q"100%'
+UNIT = "vllmctl-tiny-0.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+LOCK = "/var/lib/vllmctl/lock"
+
+
+def vllmctl(*args: str, state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(state_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "vllmctl", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def derived_inventory(
+    fleet: LabFleet, directory: Path, ghost: bool = False, name: str = "", **ssh: object
+) -> Path:
+    """The lab inventory plus one model on every host (and optionally a host nothing answers for)."""
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    doc["models"] = {"tiny": {"source": MODEL_SOURCE, "hosts": [h.name for h in fleet.hosts], "port": 8000}}
+    doc.pop("secrets", None)
+    doc["defaults"]["ssh"].update(ssh)
+    if ghost:
+        silent = str(next(iter(ipaddress.ip_network(fleet.cidr, strict=False).hosts())) + 250)
+        doc["hosts"]["ghost"] = {"address": silent, "ssh": {**doc["defaults"]["ssh"], "connect_timeout_s": 2}}
+    path = directory / (name or ("ghost.yml" if ghost else "fleet.yml"))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def lab(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp("executor")
+    return {"fleet": lab_fleet, "inventory": derived_inventory(lab_fleet, directory), "dir": directory}
+
+
+def apply(lab: dict[str, Any], *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    result = vllmctl("apply", str(inventory or lab["inventory"]), "--json", *extra, state_dir=lab["dir"])
+    try:
+        doc = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from apply (rc {result.returncode}): {result.stdout}\n{result.stderr}")
+    return result.returncode, doc, result.stderr
+
+
+def changed(doc: dict[str, Any]) -> dict[str, int]:
+    return {name: host["recap"]["changed"] for name, host in doc["hosts"].items()}
+
+
+def sh(fleet: LabFleet, host: LabHostInfo, command: str) -> str:
+    result = fleet.ssh(host, command)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def converge(lab: dict[str, Any]) -> None:
+    code, doc, stderr = apply(lab)
+    assert code == 0, stderr
+    code, doc, stderr = apply(lab)
+    assert code == 0 and set(changed(doc).values()) == {0}, stderr
+
+
+def test_first_apply_changes_and_second_apply_changes_nothing(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    code, first, stderr = apply(lab)
+    assert code == 0, stderr
+    assert all(n > 0 for n in changed(first).values())
+    code, second, stderr = apply(lab)
+    assert code == 0, stderr
+    assert changed(second) == {h.name: 0 for h in fleet.hosts}
+    assert "RECAP" in stderr
+    host = fleet.hosts[0]
+    assert sh(fleet, host, "stat -c '%a %U' /etc/vllmctl/tiny.env").split() == ["600", "root"]
+    assert sh(fleet, host, "getent passwd vllm").strip().endswith(":/usr/sbin/nologin")
+    assert sh(fleet, host, "sudo test -d /var/lib/vllmctl/lock || echo unlocked").strip() == "unlocked"
+    audit = sh(fleet, host, "sudo tail -n 1 /var/log/vllmctl/audit.log")
+    assert json.loads(audit)["status"] == "ok"
+    assert (lab["dir"] / "vllmctl" / "audit.log").read_text().count("\n") >= 2
+
+
+def test_systemd_reads_back_the_exact_model_path(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    shown = sh(fleet, fleet.hosts[0], f"systemctl show -p ExecStart {UNIT}")
+    assert f" --model {MODEL_SOURCE} " in shown
+
+
+def test_check_after_a_manual_edit_shows_exactly_that_unit_and_changes_nothing(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    edited = fleet.hosts[1]
+    sh(fleet, edited, f"sudo sed -i 's/^RestartSec=.*/RestartSec=1/' {UNIT_PATH}")
+    before = sh(fleet, edited, f"sha256sum {UNIT_PATH}")
+    code, doc, stderr = apply(lab, "--check", "--diff")
+    assert code == 3, stderr
+    assert changed(doc) == {h.name: (1 if h == edited else 0) for h in fleet.hosts}
+    (step,) = [s for s in doc["hosts"][edited.name]["steps"] if s["status"] == "planned"]
+    assert (step["op"], step["target"]) == ("systemd_unit", UNIT)
+    assert "-RestartSec=1\n+RestartSec=10\n" in step["diff"]
+    assert sh(fleet, edited, f"sha256sum {UNIT_PATH}") == before
+    converge(lab)
+
+
+def test_limit_touches_only_the_named_hosts(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    for host in fleet.hosts:
+        sh(fleet, host, f"sudo sed -i 's/^RestartSec=.*/RestartSec=2/' {UNIT_PATH}")
+    named = [fleet.hosts[0].name, fleet.hosts[2].name]
+    code, doc, stderr = apply(lab, "--limit", ",".join(named))
+    assert code == 0, stderr
+    assert sorted(doc["hosts"]) == sorted(named)
+    for host in fleet.hosts:
+        restart = sh(fleet, host, f"grep ^RestartSec= {UNIT_PATH}").strip()
+        assert restart == ("RestartSec=10" if host.name in named else "RestartSec=2")
+    converge(lab)
+
+
+def test_an_unreachable_host_is_reported_and_the_others_finish(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    inventory = derived_inventory(fleet, lab["dir"], ghost=True)
+    sh(fleet, fleet.hosts[3], f"sudo rm -f {UNIT_PATH}")
+    started = time.monotonic()
+    code, doc, stderr = apply(lab, inventory=inventory)
+    assert code == 1
+    assert time.monotonic() - started < 30
+    assert doc["hosts"]["ghost"]["status"] == "unreachable"
+    assert "unreachable" in doc["hosts"]["ghost"]["error"] and doc["hosts"]["ghost"]["hint"]
+    assert [doc["hosts"][h.name]["status"] for h in fleet.hosts] == ["ok"] * 4
+    assert doc["hosts"][fleet.hosts[3].name]["recap"]["changed"] == 1
+    assert "ghost: unreachable" in stderr
+
+
+def _wait_for_ssh(fleet: LabFleet, host: LabHostInfo, deadline_s: float = 30) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if fleet.ssh(host, "true", timeout=10).returncode == 0:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"sshd on {host.name} did not come back")
+
+
+def _wrap_useradd(fleet: LabFleet, host: LabHostInfo, body: str) -> None:
+    """Make the next `useradd` on the host misbehave (sudo's secure_path finds /usr/local/sbin first)."""
+    script = f'#!/bin/sh\nrm -f "$0"\n{body}\nexec /usr/sbin/useradd "$@"\n'
+    sh(
+        fleet,
+        host,
+        f"sudo userdel vllm; printf '%s' '{script}' | sudo tee /usr/local/sbin/useradd >/dev/null",
+    )
+    sh(fleet, host, "sudo chmod 755 /usr/local/sbin/useradd")
+
+
+def test_sshd_killed_mid_apply_fails_that_host_only_and_a_rerun_converges(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    victim = fleet.hosts[2]
+    _wrap_useradd(fleet, victim, "pkill -KILL -x sshd\nsleep 1")
+    code, doc, stderr = apply(lab)
+    assert code == 1, stderr
+    assert doc["hosts"][victim.name]["status"] == "unreachable", doc["hosts"][victim.name]["error"]
+    assert "connection lost" in doc["hosts"][victim.name]["error"]
+    assert [doc["hosts"][h.name]["status"] for h in fleet.hosts if h != victim] == ["ok"] * 3
+    _wait_for_ssh(fleet, victim)
+    code, doc, stderr = apply(lab, "--break-lock")  # the killed run could not release its lock
+    assert code == 0, stderr
+    converge(lab)
+
+
+def test_a_command_past_its_deadline_fails_that_host_with_the_reason(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    slow = fleet.hosts[1]
+    _wrap_useradd(fleet, slow, "sleep 600")
+    started = time.monotonic()
+    code, doc, stderr = apply(lab, "--command-timeout", "3")
+    assert code == 1, stderr
+    assert time.monotonic() - started < 60
+    host = doc["hosts"][slow.name]
+    assert host["status"] == "failed" and "useradd" in host["error"] and "timed out" in host["error"]
+    assert [doc["hosts"][h.name]["status"] for h in fleet.hosts if h != slow] == ["ok"] * 3
+    assert sh(fleet, slow, "pgrep -x sleep || echo gone").strip() == "gone"
+    converge(lab)
+
+
+def test_a_held_lock_refuses_that_host_and_break_lock_recovers(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    held = fleet.hosts[0]
+    sh(
+        fleet,
+        held,
+        f"sudo mkdir {LOCK} && echo 'bob@elsewhere pid=7' | sudo tee {LOCK}/owner >/dev/null",
+    )
+    code, doc, stderr = apply(lab)
+    assert code == 1
+    assert "locked by another apply (bob@elsewhere pid=7)" in doc["hosts"][held.name]["error"]
+    assert [doc["hosts"][h.name]["status"] for h in fleet.hosts if h != held] == ["ok"] * 3
+    assert sh(fleet, held, "cat /var/lib/vllmctl/lock/owner").strip() == "bob@elsewhere pid=7"
+    code, doc, stderr = apply(lab, "--break-lock")
+    assert code == 0, stderr
+    converge(lab)
+
+
+def test_concurrent_applies_never_both_hold_a_host(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(lab["dir"])}
+    argv = [sys.executable, "-m", "vllmctl", "apply", str(lab["inventory"]), "--json"]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in "ab"
+    ]
+    docs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    for host in fleet.hosts:
+        statuses = sorted(d["hosts"][host.name]["status"] for d in docs)
+        errors = " ".join(d["hosts"][host.name]["error"] or "" for d in docs)
+        assert statuses in (["ok", "ok"], ["failed", "ok"]), statuses
+        assert statuses == ["ok", "ok"] or "locked by another apply" in errors
+    converge(lab)
+
+
+def test_facts_command_shows_each_host(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    result = vllmctl("facts", str(lab["inventory"]), "--json", state_dir=lab["dir"])
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert sorted(doc) == sorted(h.name for h in fleet.hosts)
+    first = doc[fleet.hosts[0].name]["facts"]
+    assert first["os_release"]["id"] == "debian" and first["python"].startswith("3.11")
+    assert first["gpus"]["status"] == "ok" and len(first["gpus"]["gpus"]) == 8
+    assert UNIT in first["units"]
+
+
+def test_unknown_host_keys_are_refused_unless_trust_on_first_use_is_asked_for(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    empty = lab["dir"] / "empty_known_hosts"
+    empty.write_text("")
+    strict = derived_inventory(fleet, lab["dir"], name="strict.yml", known_hosts=str(empty))
+    code, doc, stderr = apply(lab, inventory=strict)
+    assert code == 1
+    for host in fleet.hosts:
+        assert doc["hosts"][host.name]["status"] == "unreachable"
+        assert "host key unknown" in doc["hosts"][host.name]["error"]
+    assert empty.read_text() == ""
+    tofu = derived_inventory(
+        fleet, lab["dir"], name="tofu.yml", known_hosts=str(empty), strict_host_keys=False
+    )
+    code, doc, stderr = apply(lab, inventory=tofu)
+    assert code == 0, stderr
+    recorded = empty.read_text().splitlines()
+    assert sorted(line.split()[0] for line in recorded) == sorted(h.address for h in fleet.hosts)
+    code, doc, stderr = apply(lab, inventory=strict)  # now known: strict checking passes
+    assert code == 0, stderr
+
+
+def test_hosts_are_reached_through_a_jump_host(lab: dict[str, Any]) -> None:
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    bastion = fleet.hosts[0]
+    jumped = derived_inventory(fleet, lab["dir"], name="jump.yml", jump_host=f"ops@{bastion.address}")
+    sh(fleet, fleet.hosts[3], f"sudo rm -f {UNIT_PATH}")
+    code, doc, stderr = apply(lab, inventory=jumped)
+    assert code == 0, stderr
+    assert doc["hosts"][fleet.hosts[3].name]["recap"]["changed"] == 1
+    # the other hosts saw the connections come from the bastion, not from the controller
+    seen = sh(fleet, fleet.hosts[2], "sudo journalctl --no-pager -o cat | grep 'Accepted publickey' || true")
+    assert f"Accepted publickey for ops from {bastion.address} " in seen

@@ -1,0 +1,85 @@
+"""`vllmctl apply INVENTORY`: converge hosts to a playbook (site.yml by default); --check shows the plan."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import UTC, datetime
+
+from vllmctl.console import Ui
+from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
+from vllmctl.inventory import load_inventory
+from vllmctl.playbooks import load_playbook
+from vllmctl.runner import RunOptions, run_playbook
+from vllmctl.runner.fleet import (
+    append_local_audit,
+    host_contexts,
+    local_audit_path,
+    lock_owner,
+    resolve_secrets,
+    select_hosts,
+    ssh_remote,
+)
+from vllmctl.runner.view import Progress, show_failures, show_plan, show_recap
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("apply", help="converge the fleet to a playbook (site.yml by default)")
+    parser.add_argument("inventory", help="inventory file")
+    parser.add_argument(
+        "--playbook", default="site", help="a shipped playbook name or a file (default: site)"
+    )
+    parser.add_argument("--limit", help="comma list of hosts or groups")
+    parser.add_argument("--check", action="store_true", help="show what would change; change nothing")
+    parser.add_argument("--diff", action="store_true", help="show unified diffs of changed files")
+    parser.add_argument("--forks", type=int, default=16, help="hosts worked on at once (default 16)")
+    parser.add_argument("--batch-size", type=int, help="hosts per batch (overrides the playbook's serial)")
+    parser.add_argument("--max-fail-percentage", type=float, help="stop later batches past this failure rate")
+    parser.add_argument("--command-timeout", type=float, default=600.0, help="seconds per remote command")
+    parser.add_argument("--host-timeout", type=float, default=3600.0, help="seconds per host for the run")
+    parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON to stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also list steps that were no-ops")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, ui: Ui) -> int:
+    inventory = load_inventory(args.inventory)
+    playbook = load_playbook(args.playbook)
+    hosts = select_hosts(inventory, args.limit)
+    contexts = host_contexts(inventory, hosts, resolve_secrets(inventory, os.environ))
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    opts = RunOptions(
+        forks=args.forks,
+        batch_size=args.batch_size,
+        max_fail_percentage=args.max_fail_percentage,
+        command_timeout_s=args.command_timeout,
+        host_timeout_s=args.host_timeout,
+        check=args.check,
+        diff=args.diff,
+        break_lock=args.break_lock,
+        lock_owner=lock_owner(started),
+    )
+    with Progress(ui, hosts) as progress:
+        result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+    if not args.check:
+        record = {
+            "time": started,
+            "inventory": args.inventory,
+            "playbook": playbook.name,
+            "by": opts.lock_owner,
+        }
+        append_local_audit(
+            local_audit_path(os.environ),
+            {**record, "hosts": {name: h.recap() for name, h in result.hosts.items()}},
+        )
+    if args.json:
+        ui.json(result.to_json())
+    else:
+        show_plan(ui, result, args.verbose)
+    show_failures(ui, result)
+    show_recap(ui, result)
+    if result.failed:
+        return EXIT_FAILURE
+    return EXIT_CHANGES if args.check and result.changed else EXIT_OK

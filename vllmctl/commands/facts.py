@@ -1,0 +1,90 @@
+"""`vllmctl facts INVENTORY`: gather each host's facts in one round trip and show them per host."""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rich.table import Table
+
+from vllmctl.console import Ui
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.facts import HOST_FACTS
+from vllmctl.inventory import load_inventory
+from vllmctl.runner.fleet import host_contexts, select_hosts, ssh_remote
+
+SHOWN = (*HOST_FACTS, "units", "releases")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("facts", help="gather and show host facts")
+    parser.add_argument("inventory", help="inventory file")
+    parser.add_argument("--limit", help="comma list of hosts or groups")
+    parser.add_argument("--forks", type=int, default=16, help="hosts gathered at once (default 16)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host")
+    parser.add_argument("--json", action="store_true", help="print facts as JSON to stdout")
+    parser.set_defaults(func=run)
+
+
+def summarize(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if name == "gpus":
+        gpus = value.get("gpus", [])
+        if value.get("status") != "ok":
+            return f"{value.get('status')}: {value.get('message', '')}".strip(": ")
+        return ", ".join(f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB" for g in gpus) or "none"
+    if name == "os_release":
+        return str(value.get("pretty_name", "?"))
+    if name == "kernel":
+        return f"{value['release']} {value['machine']}"
+    if name == "resources":
+        disk = value["disk_root"]
+        return f"{value['cpus']} CPUs, {value['memory_mib']} MiB RAM, / {disk['available_mib']} MiB free"
+    if name == "gpu_topology":
+        return ", ".join(
+            f"{a}-{b}: {link}" for a, peers in value["links"].items() for b, link in peers.items()
+        )
+    if isinstance(value, dict):
+        if name == "units":
+            return ", ".join(f"{u}: {s['active_state']}" for u, s in value.items()) or "none"
+        if name == "releases":
+            return f"current={value.get('current') or '-'} known-good={value.get('known_good') or '-'}"
+        return ", ".join(sorted(value)) or "none"
+    return str(value)
+
+
+def run(args: argparse.Namespace, ui: Ui) -> int:
+    inventory = load_inventory(args.inventory)
+    hosts = select_hosts(inventory, args.limit)
+    contexts = host_contexts(inventory, hosts, {})
+    requests = {name: () for name in SHOWN}
+
+    def gather(name: str) -> dict[str, Any]:
+        remote = ssh_remote(contexts[name])
+        try:
+            return {"facts": remote.gather(requests, args.timeout)}
+        except VllmctlError as exc:
+            return {"error": exc.message, "hint": exc.hint}
+        finally:
+            remote.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(args.forks, len(hosts) or 1))) as pool:
+        gathered = dict(zip(hosts, pool.map(gather, hosts), strict=True))
+    if args.json:
+        ui.json(gathered)
+    else:
+        for name, found in gathered.items():
+            table = Table(title=name, show_header=False, box=None)
+            table.add_column("fact", style="bold")
+            table.add_column("value")
+            for fact in SHOWN:
+                table.add_row(fact, summarize(fact, found.get("facts", {}).get(fact)))
+            if "error" in found:
+                table.add_row("error", f"{found['error']} (hint: {found['hint']})")
+            ui.table(table)
+    failed = [name for name, found in gathered.items() if "error" in found]
+    for name in failed:
+        ui.error(f"{gathered[name]['error']}\n  hint: {gathered[name]['hint']}")
+    return EXIT_FAILURE if failed else EXIT_OK

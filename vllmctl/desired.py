@@ -1,0 +1,206 @@
+"""Desired state, pure: (Inventory, host, per-model engine plans) -> operation calls for each named task.
+
+A playbook names tasks; each task here expands to operation calls. Adding a phase is adding a task here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmctl.engine_flags import KNOWN_FLAGS, to_cli
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory.model import EngineSpec, Host, Inventory, ModelDeployment
+from vllmctl.ops import sha256_text
+from vllmctl.render import engine_flags, render_template
+
+ETC_DIR = "/etc/vllmctl"
+LIB_DIR = "/var/lib/vllmctl"
+STATE_DIR = f"{LIB_DIR}/state"
+RELEASES_DIR = f"{LIB_DIR}/releases"
+HOME_DIR = f"{LIB_DIR}/home"
+LOG_DIR = "/var/log/vllmctl"
+VENVS_DIR = "/opt/vllmctl/venvs"
+SERVICE_USER = "vllm"
+ENGINE_INSTALL_ISSUE = "issue #6"
+
+
+@dataclass(frozen=True)
+class OpCall:
+    op: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int
+    port: int
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What the planner decided for one model on one host; the default is the inventory's engine_args."""
+
+    engine_args: Mapping[str, Any]
+    replicas: tuple[Replica, ...]
+
+
+@dataclass(frozen=True)
+class HostContext:
+    inventory: Inventory
+    host: Host
+    plans: Mapping[str, ModelPlan] = field(default_factory=dict)
+    # secret name -> value, resolved at the edge; written to env files as NAME.upper() (hf_token -> HF_TOKEN)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+
+    def models(self) -> list[ModelDeployment]:
+        return [m for m in self.inventory.models.values() if self.host.name in m.hosts]
+
+    def plan(self, model: ModelDeployment) -> ModelPlan:
+        return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))
+
+    def engine(self, model: ModelDeployment) -> EngineSpec:
+        return model.engine or self.host.engine
+
+
+def venv_path(engine: EngineSpec) -> str:
+    return f"{VENVS_DIR}/{engine.name}-{engine.version}"
+
+
+def unit_name(model: str, replica: int) -> str:
+    return f"vllmctl-{model}-{replica}.service"
+
+
+def env_path(model: str) -> str:
+    return f"{ETC_DIR}/{model}.env"
+
+
+def exec_argv(model: ModelDeployment, engine: EngineSpec, plan: ModelPlan, replica: Replica) -> list[str]:
+    python = f"{venv_path(engine)}/bin/python"
+    if engine.name == "sglang":
+        head = [python, "-m", "sglang.launch_server", "--model-path", model.source]
+    else:
+        head = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model.source]
+    head += ["--served-model-name", model.name, "--host", "0.0.0.0", "--port", str(replica.port)]
+    if model.revision:
+        head += ["--revision", model.revision]
+    if model.max_model_len and "max_model_len" not in plan.engine_args:
+        head += ["--max-model-len", str(model.max_model_len)]
+    return head + _flags(engine.name, plan.engine_args)
+
+
+def _flags(engine: str, engine_args: Mapping[str, Any]) -> list[str]:
+    """Known flags use the engine's own spelling (e.g. `--no-x`); others get the generic form."""
+    known = KNOWN_FLAGS.get(engine, {})
+    argv: list[str] = []
+    for name, value in engine_args.items():
+        if isinstance(value, Mapping) and "secret" in value:
+            raise VllmctlError(
+                f"engine arg {name} uses secret {value['secret']}: secrets in engine flags are not built yet",
+                "a unit's ExecStart is world-readable: pass it through the model's env file instead",
+            )
+        argv += to_cli(engine, name, value) if name in known else engine_flags({name: value})
+    return argv
+
+
+def render_unit(ctx: HostContext, model: ModelDeployment, replica: Replica) -> str:
+    engine = ctx.engine(model)
+    plan = ctx.plan(model)
+    return render_template(
+        f"{engine.name}.service.j2",
+        {
+            "model": model.name,
+            "replica": replica.index,
+            "engine": engine.name,
+            "engine_version": engine.version,
+            "user": SERVICE_USER,
+            "home": HOME_DIR,
+            "env_file": env_path(model.name),
+            "gpus": replica.gpus,
+            "exec_argv": exec_argv(model, engine, plan, replica),
+            "restart_sec": 10,
+            "start_timeout_sec": 1800,
+            "unit_stem": unit_name(model.name, replica.index).removesuffix(".service"),
+        },
+    )
+
+
+def render_env(ctx: HostContext, model: ModelDeployment) -> str:
+    environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
+    environment.update({name.upper(): value for name, value in ctx.secrets.items()})
+    return render_template("model.env.j2", {"model": model.name, "environment": environment})
+
+
+Params = Mapping[str, Any]
+
+
+def _base_layout(ctx: HostContext, params: Params) -> list[OpCall]:
+    dirs = [ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, "/opt/vllmctl", VENVS_DIR]
+    return [OpCall("directory", {"path": path, "mode": "0755"}) for path in dirs]
+
+
+def _service_user(ctx: HostContext, params: Params) -> list[OpCall]:
+    name = str(params.get("name", SERVICE_USER))
+    return [
+        OpCall("service_user", {"name": name, "home": HOME_DIR}),
+        OpCall("directory", {"path": HOME_DIR, "mode": "0750", "owner": name, "group": name}),
+    ]
+
+
+def _model_env_files(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [
+        OpCall("env_file", {"path": env_path(m.name), "content": render_env(ctx, m)}) for m in ctx.models()
+    ]
+
+
+def _model_units(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [
+        OpCall("systemd_unit", {"name": unit_name(m.name, r.index), "content": render_unit(ctx, m, r)})
+        for m in ctx.models()
+        for r in ctx.plan(m).replicas
+    ]
+
+
+def _model_services(ctx: HostContext, params: Params) -> list[OpCall]:
+    """Applied hash = unit + env content, so a change to either restarts the replica, even after a failure."""
+    start = bool(params.get("start", True))
+    calls = []
+    for model in ctx.models():
+        env = render_env(ctx, model)
+        for replica in ctx.plan(model).replicas:
+            unit = render_unit(ctx, model, replica)
+            args = {
+                "name": unit_name(model.name, replica.index),
+                "enabled": start,
+                "running": start,
+                "applied": sha256_text(unit + "\0" + env),
+                "why_stopped": f"not started: the engine install is not built yet ({ENGINE_INSTALL_ISSUE})",
+            }
+            calls.append(OpCall("service", args))
+    return calls
+
+
+Task = Callable[[HostContext, Params], list[OpCall]]
+
+TASKS: dict[str, Task] = {
+    "base_layout": _base_layout,
+    "service_user": _service_user,
+    "model_env_files": _model_env_files,
+    "model_units": _model_units,
+    "model_services": _model_services,
+}
+
+PENDING_TASKS: dict[str, str] = {
+    "driver_install": ENGINE_INSTALL_ISSUE,
+    "engine_install": ENGINE_INSTALL_ISSUE,
+    "model_staging": ENGINE_INSTALL_ISSUE,
+    "health_check": "issue #8",
+    "release_rollback": "issue #7",
+}
+
+
+def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:
+    return TASKS[task](ctx, params)

@@ -1,0 +1,31 @@
+"""Host facts: each is a remote command plus a pure parser; all of a host's facts travel in one script."""
+
+from __future__ import annotations
+
+from vllmctl.facts.base import Fact
+from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
+from vllmctl.facts.state import APPLIED, ENGINE_VENVS, PATHS, RELEASES, UNIT_FILES, UNITS, USERS
+from vllmctl.facts.system import KERNEL, OS_RELEASE, PYTHON, RESOURCES
+
+FACTS: dict[str, Fact] = {
+    fact.name: fact
+    for fact in (
+        GPUS,
+        GPU_TOPOLOGY,
+        OS_RELEASE,
+        KERNEL,
+        RESOURCES,
+        PYTHON,
+        ENGINE_VENVS,
+        UNITS,
+        UNIT_FILES,
+        APPLIED,
+        RELEASES,
+        PATHS,
+        USERS,
+    )
+}
+
+HOST_FACTS = ("gpus", "gpu_topology", "os_release", "kernel", "resources", "python", "engine_venvs")
+
+__all__ = ["FACTS", "HOST_FACTS", "Fact"]

@@ -1,0 +1,53 @@
+"""One round trip for all facts: build a shell script printing marked sections, then split and parse them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vllmctl.facts import FACTS
+
+MARK = "@@vllmctl-section"
+END = "@@vllmctl-exit"
+
+FactRequests = Mapping[str, tuple[str, ...]]
+
+
+def build_script(requests: FactRequests) -> str:
+    """`requests` maps a fact name to its arguments (empty for facts that take none)."""
+    parts = []
+    for name, args in requests.items():
+        fact = FACTS[name]
+        if fact.needs_args and not args:
+            continue
+        parts.append(f"echo '{MARK} {name}'\n( {fact.command(args)}\n) 2>&1 </dev/null\necho \"{END} $?\"")
+    return "\n".join(parts) + "\n"
+
+
+def split_sections(output: str) -> dict[str, tuple[str, int]]:
+    sections: dict[str, tuple[str, int]] = {}
+    name: str | None = None
+    body: list[str] = []
+    for line in output.splitlines():
+        if line.startswith(MARK + " "):
+            name, body = line[len(MARK) + 1 :].strip(), []
+        elif line.startswith(END + " ") and name is not None:
+            code = line[len(END) + 1 :].strip()
+            sections[name] = ("\n".join(body) + ("\n" if body else ""), int(code) if code.isdigit() else -1)
+            name = None
+        elif name is not None:
+            body.append(line)
+    return sections
+
+
+def parse_sections(requests: FactRequests, output: str) -> dict[str, Any]:
+    """Facts whose section is missing (the script was cut short) are left out rather than guessed."""
+    sections = split_sections(output)
+    facts: dict[str, Any] = {}
+    for name, args in requests.items():
+        if FACTS[name].needs_args and not args:
+            facts[name] = {}
+        elif name in sections:
+            text, code = sections[name]
+            facts[name] = FACTS[name].parse(text, code)
+    return facts

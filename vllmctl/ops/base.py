@@ -1,0 +1,108 @@
+"""What an operation yields: a Step of ordered actions (commands and uploads) or a no-op with its reason."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmctl.errors import VllmctlError
+
+Args = Mapping[str, Any]
+Facts = Mapping[str, Any]
+FactRequests = dict[str, tuple[str, ...]]
+
+
+class OpError(VllmctlError):
+    """The host is in a state an operation will not overwrite on its own (e.g. a file where a dir belongs)."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Command:
+    """Either an argv (quoted with shlex.join when sent) or a shell string already built with shlex.quote."""
+
+    argv: tuple[str, ...] = ()
+    shell: str = ""
+    sudo: bool = True
+
+    def render(self) -> str:
+        return self.shell or shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A whole file sent through stdin (never argv), written to a temp name and renamed into place."""
+
+    path: str
+    content: str
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+    secret: bool = False
+
+    @property
+    def sha256(self) -> str:
+        return sha256_text(self.content)
+
+    def render(self) -> str:
+        digest = "secret content" if self.secret else f"sha256 {self.sha256[:12]}"
+        return f"upload {self.path} mode={self.mode} owner={self.owner}:{self.group} ({digest})"
+
+
+Action = Command | Upload
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """Enough to show a unified diff: the current content is fetched only when --diff asks."""
+
+    path: str
+    new_content: str
+    exists: bool
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    target: str
+    actions: tuple[Action, ...] = ()
+    noop: str | None = None
+    change: FileChange | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions)
+
+    def rendered(self) -> list[str]:
+        return [action.render() for action in self.actions]
+
+
+def noop(op: str, target: str, reason: str) -> Step:
+    return Step(op=op, target=target, noop=reason)
+
+
+def run(*argv: str, sudo: bool = True) -> Command:
+    return Command(argv=tuple(argv), sudo=sudo)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """`facts(args)` names the facts the plan needs; `plan(args, facts)` is pure and returns the Step."""
+
+    name: str
+    facts: Callable[[Args], FactRequests]
+    plan: Callable[[Args, Facts], Step]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, args: Args, facts: Facts) -> Step:
+        return self.plan({**self.defaults, **args}, facts)
+
+    def requests(self, args: Args) -> FactRequests:
+        return self.facts({**self.defaults, **args})

@@ -1,0 +1,107 @@
+"""System operations: a service user, a service kept enabled/running (restarted from recorded state),
+and a Python venv."""
+
+from __future__ import annotations
+
+from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
+
+STATE_DIR = "/var/lib/vllmctl/state"
+NOLOGIN = "/usr/sbin/nologin"
+
+
+def applied_path(unit: str) -> str:
+    return f"{STATE_DIR}/{unit}.applied"
+
+
+def _user_facts(args: Args) -> FactRequests:
+    return {"users": (str(args["name"]),)}
+
+
+def _plan_service_user(args: Args, facts: Facts) -> Step:
+    name, home, shell = str(args["name"]), str(args["home"]), str(args["shell"])
+    current = facts["users"].get(name)
+    if current is None:
+        return Step(
+            "service_user",
+            name,
+            (
+                run(
+                    "useradd", "--system", "--user-group", "--home-dir", home,
+                    "--no-create-home", "--shell", shell, name,
+                ),
+            ),
+        )  # fmt: skip
+    fixes: list[str] = []
+    if current["shell"] != shell:
+        fixes += ["--shell", shell]
+    if current["home"] != home:
+        fixes += ["--home", home]
+    if fixes:
+        return Step("service_user", name, (run("usermod", *fixes, name),))
+    return noop("service_user", name, f"user {name} exists")
+
+
+def _service_facts(args: Args) -> FactRequests:
+    return {"units": (), "applied": ()}
+
+
+def _plan_service(args: Args, facts: Facts) -> Step:
+    """Restart when what the service was last started with (its recorded applied hash) differs from now."""
+    name = str(args["name"])
+    unit = facts["units"].get(name, {})
+    active = unit.get("active_state") == "active"
+    enabled = unit.get("unit_file_state") == "enabled"
+    recorded = facts["applied"].get(name)
+    actions: list[Command | Upload] = []
+    reasons: list[str] = []
+    if args["enabled"] and not enabled:
+        actions.append(run("systemctl", "enable", name))
+    elif not args["enabled"] and enabled:
+        actions.append(run("systemctl", "disable", name))
+    if args["running"]:
+        if not active or recorded != args["applied"]:
+            actions.append(run("systemctl", "restart", name))
+            actions.append(Upload(applied_path(name), str(args["applied"])))
+    else:
+        if active:
+            actions.append(run("systemctl", "stop", name))
+        if recorded is not None:
+            actions.append(run("rm", "-f", applied_path(name)))
+        reasons.append(str(args.get("why_stopped") or "kept stopped"))
+    if actions:
+        return Step("service", name, tuple(actions))
+    state = "running with its applied unit and release" if args["running"] else "; ".join(reasons)
+    return noop("service", name, f"{name} {state}")
+
+
+def _venv_facts(args: Args) -> FactRequests:
+    return {"paths": (f"{args['path']}/pyvenv.cfg",), "engine_venvs": (), "python": ()}
+
+
+def _plan_python_venv(args: Args, facts: Facts) -> Step:
+    path = str(args["path"])
+    system_python = facts.get("python")
+    if system_python is None:
+        raise OpError(f"no python3 on the host to create {path}", "install python3 and python3-venv")
+    wanted = args.get("python_version")
+    if wanted and not str(system_python).startswith(str(wanted)):
+        raise OpError(
+            f"{path} needs Python {wanted} but the host has {system_python}",
+            "install that Python on the host or drop python_version",
+        )
+    exists = facts["paths"].get(f"{path}/pyvenv.cfg", {"type": "absent"})["type"] == "file"
+    venv = facts["engine_venvs"].get(path.rstrip("/").rsplit("/", 1)[-1], {})
+    if not exists:
+        return Step("python_venv", path, (run("python3", "-m", "venv", path),))
+    if venv.get("python") and venv["python"] != system_python:
+        return Step("python_venv", path, (run("python3", "-m", "venv", "--upgrade", path),))
+    return noop("python_venv", path, f"venv {path} exists with Python {system_python}")
+
+
+SERVICE_USER = Operation(
+    "service_user", _user_facts, _plan_service_user, {"home": "/var/lib/vllmctl/home", "shell": NOLOGIN}
+)
+SERVICE = Operation(
+    "service", _service_facts, _plan_service, {"enabled": True, "running": True, "applied": ""}
+)
+PYTHON_VENV = Operation("python_venv", _venv_facts, _plan_python_venv)

@@ -1,0 +1,234 @@
+"""Runs a playbook across hosts: batches, threads (forks), deadlines, one lock per host, audit lines.
+
+One host's failure never stops another host; the clock is passed in, so the logic tests without SSH.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from vllmctl.desired import HostContext, OpCall
+from vllmctl.errors import TransportError, VllmctlError
+from vllmctl.ops import Step
+from vllmctl.playbooks import Phase, Playbook
+from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
+from vllmctl.runner.remote import Remote
+from vllmctl.runner.results import HostResult, RunResult, StepResult
+
+TAIL = 1500
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    forks: int = 16
+    batch_size: int | None = None
+    max_fail_percentage: float | None = None
+    command_timeout_s: float = 600.0
+    host_timeout_s: float = 3600.0
+    check: bool = False
+    diff: bool = False
+    break_lock: bool = False
+    lock_owner: str = "vllmctl"
+
+
+Event = Callable[[str, str, str], None]  # host, phase, what is happening
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= TAIL else "…" + text[-TAIL:]
+
+
+class _HostRun:
+    def __init__(
+        self,
+        ctx: HostContext,
+        remote: Remote,
+        playbook: Playbook,
+        opts: RunOptions,
+        clock: Callable[[], float],
+    ) -> None:
+        self.ctx, self.remote, self.playbook, self.opts, self.clock = ctx, remote, playbook, opts, clock
+        self.result = HostResult(ctx.host.name)
+        self.deadline = clock() + opts.host_timeout_s
+
+    def timeout(self) -> float:
+        left = self.deadline - self.clock()
+        if left <= 0:
+            raise VllmctlError(
+                f"{self.ctx.host.name}: host deadline of {self.opts.host_timeout_s:g}s exceeded",
+                "raise --host-timeout or look at what is slow on the host",
+            )
+        return min(self.opts.command_timeout_s, left)
+
+    def run(self, emit: Event) -> HostResult:
+        """A no-op run takes no lock and writes nothing; a changing run locks, then plans from facts read
+        again under the lock, so a concurrent apply between the two reads cannot be overwritten blindly."""
+        started = self.clock()
+        locked = False
+        try:
+            # desired state does not depend on facts: expand each phase once, for the requests and the plan
+            calls = [(phase, phase_calls(phase, self.ctx)) for phase in self.playbook.phases]
+            requests = merge_requests(call for _, phase_list in calls for call in phase_list)
+            emit(self.ctx.host.name, "facts", "gathering facts")
+            lock_now = self.opts.break_lock and not self.opts.check
+            owner = self.opts.lock_owner if lock_now else None
+            facts = self.remote.begin(requests, owner, self.opts.break_lock, self.timeout())
+            locked = lock_now
+            if not self.opts.check and not locked and _has_changes(calls, facts):
+                emit(self.ctx.host.name, "facts", "locking and gathering facts again")
+                facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
+                locked = True
+            for phase, phase_list in calls:
+                emit(self.ctx.host.name, phase.name, "planning")
+                steps = plan_calls(phase_list, facts)
+                changed = self._run_steps(phase.name, steps, emit)
+                if self.result.status != "ok":
+                    break
+                if phase.regather and changed and not self.opts.check:
+                    emit(self.ctx.host.name, phase.name, "gathering facts again")
+                    facts = self.remote.gather(requests, self.timeout())
+        except TransportError as exc:
+            self._fail("unreachable", exc)
+        except VllmctlError as exc:
+            self._fail("failed", exc)
+        finally:
+            self.result.elapsed_s = self.clock() - started
+            self._finish(locked)
+        emit(self.ctx.host.name, "done", self.result.status)
+        return self.result
+
+    def _fail(self, status: str, exc: VllmctlError) -> None:
+        self.result.status = "unreachable" if status == "unreachable" else "failed"
+        self.result.error, self.result.hint = exc.message, exc.hint
+
+    def _run_steps(self, phase: str, steps: Sequence[Step], emit: Event) -> bool:
+        changed = False
+        for step in steps:
+            if not step.changed:
+                self.result.steps.append(StepResult(phase, step, "ok"))
+                continue
+            changed = True
+            diff = self._diff(step) if self.opts.diff else ""
+            if self.opts.check:
+                self.result.steps.append(StepResult(phase, step, "planned", diff=diff))
+                continue
+            emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
+            for action in step.actions:
+                outcome = self.remote.execute(action, self.timeout())
+                if not outcome.ok:
+                    reason = "timed out" if outcome.timed_out else f"exit {outcome.exited}"
+                    error = f"{action.render()}: {reason}"
+                    tail = _tail(outcome.stderr or outcome.stdout)
+                    self.result.steps.append(StepResult(phase, step, "failed", error, tail, diff))
+                    self.result.status, self.result.error = "failed", f"{step.op} {step.target}: {error}"
+                    return changed
+            self.result.steps.append(StepResult(phase, step, "changed", diff=diff))
+        return changed
+
+    def _diff(self, step: Step) -> str:
+        change = step.change
+        if change is None:
+            return ""
+        if change.secret:
+            return f"{change.path}: content changed (secret, not shown)\n"
+        old = self.remote.read_file(change.path, self.timeout()) if change.exists else ""
+        return unified_diff(change.path, old or "", change.new_content)
+
+    def _finish(self, locked: bool) -> None:
+        if not locked:  # nothing was changed, so there is nothing to unlock or to audit on the host
+            self.remote.close()
+            return
+        audit = json.dumps(
+            {
+                "time": self.clock(),
+                "by": self.opts.lock_owner,
+                "playbook": self.playbook.name,
+                "status": self.result.status,
+                **self.result.recap(),
+                "error": self.result.error or None,
+            },
+            sort_keys=True,
+        )
+        try:
+            # after a dropped connection this reconnects once, so the lock is not left behind
+            self.remote.finish(audit, locked, min(30.0, self.opts.command_timeout_s))
+        except VllmctlError as exc:
+            self.result.hint = (self.result.hint + "; " if self.result.hint else "") + f"unlock failed: {exc}"
+        finally:
+            self.remote.close()
+
+
+def _has_changes(calls: Sequence[tuple[Phase, list[OpCall]]], facts: Mapping[str, Any]) -> bool:
+    return any(step.changed for _, phase_list in calls for step in plan_calls(phase_list, facts))
+
+
+def batches(hosts: Sequence[str], size: int | None) -> list[list[str]]:
+    if not size or size <= 0:
+        return [list(hosts)] if hosts else []
+    return [list(hosts[i : i + size]) for i in range(0, len(hosts), size)]
+
+
+def run_playbook(
+    playbook: Playbook,
+    contexts: Mapping[str, HostContext],
+    connect: Callable[[HostContext], Remote],
+    opts: RunOptions,
+    clock: Callable[[], float],
+    emit: Event | None = None,
+) -> RunResult:
+    """Converge each host in `contexts` (already limited), batch by batch, hosts in a batch in parallel."""
+    notify: Event = emit or (lambda host, phase, text: None)
+    result = RunResult(playbook.name, opts.check, {name: HostResult(name) for name in contexts})
+    size = opts.batch_size or playbook.serial
+    limit = opts.max_fail_percentage if opts.max_fail_percentage is not None else playbook.max_fail_percentage
+    pending = batches(list(contexts), size)
+    for index, batch in enumerate(pending):
+        outcomes = _run_batch(batch, playbook, contexts, connect, opts, clock, notify)
+        result.hosts.update(outcomes)
+        failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
+        if limit is not None and failed and 100.0 * failed / len(batch) > limit:
+            result.aborted = (
+                f"batch {index + 1}: {failed} of {len(batch)} hosts failed (max_fail_percentage {limit:g})"
+            )
+            for later in pending[index + 1 :]:
+                for name in later:
+                    result.hosts[name] = HostResult(name, "skipped", error="skipped: an earlier batch failed")
+            break
+    return result
+
+
+def _run_batch(
+    batch: list[str],
+    playbook: Playbook,
+    contexts: Mapping[str, HostContext],
+    connect: Callable[[HostContext], Remote],
+    opts: RunOptions,
+    clock: Callable[[], float],
+    emit: Event,
+) -> dict[str, HostResult]:
+    def one(name: str) -> HostResult:
+        try:
+            remote = connect(contexts[name])
+        except VllmctlError as exc:
+            return HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
+        return _HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+
+    outcomes: dict[str, HostResult] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, min(opts.forks, len(batch))), thread_name_prefix="vllmctl")
+    futures = {name: pool.submit(one, name) for name in batch}
+    wait(futures.values(), timeout=opts.host_timeout_s + 60)
+    for name, future in futures.items():
+        if not future.done():
+            outcomes[name] = HostResult(name, "failed", error=f"{name}: no answer within the host deadline")
+            continue
+        try:
+            outcomes[name] = future.result()
+        except Exception as exc:  # a bug on one host must not hide the others' results
+            outcomes[name] = HostResult(name, "failed", error=f"internal error: {type(exc).__name__}: {exc}")
+    pool.shutdown(wait=False, cancel_futures=True)
+    return outcomes

@@ -1,0 +1,88 @@
+"""Glue at the edge for commands: host selection (--limit), per-host contexts, secrets, SSH remotes and
+the local audit log."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vllmctl.desired import HostContext, ModelPlan
+from vllmctl.errors import InputError
+from vllmctl.inventory.model import Inventory
+from vllmctl.runner.remote import SshRemote
+from vllmctl.transport import SshTransport
+
+
+def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
+    """Hosts in inventory order; `limit` is a comma list of host or group names."""
+    if not limit:
+        return list(inventory.hosts)
+    wanted: set[str] = set()
+    for selector in (part.strip() for part in limit.split(",")):
+        if not selector:
+            continue
+        found = inventory.hosts_for(selector)
+        if not found:
+            known = ", ".join([*inventory.hosts, *inventory.groups])
+            raise InputError(f"--limit: no host or group named {selector!r}", f"known: {known}")
+        wanted.update(found)
+    return [name for name in inventory.hosts if name in wanted]
+
+
+def resolve_secrets(inventory: Inventory, environ: Mapping[str, str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name, ref in inventory.secrets.items():
+        if ref.env:
+            if ref.env not in environ:
+                raise InputError(
+                    f"secret {name}: environment variable {ref.env} is not set", f"export {ref.env}"
+                )
+            values[name] = environ[ref.env]
+        elif ref.file:
+            try:
+                values[name] = Path(ref.file).expanduser().read_text().strip()
+            except OSError as exc:
+                raise InputError(
+                    f"secret {name}: cannot read {ref.file}: {exc.strerror}", "fix the path"
+                ) from exc
+    return values
+
+
+def host_contexts(
+    inventory: Inventory,
+    hosts: list[str],
+    secrets: Mapping[str, str],
+    plans: Mapping[str, Mapping[str, ModelPlan]] | None = None,
+) -> dict[str, HostContext]:
+    return {
+        name: HostContext(inventory, inventory.hosts[name], (plans or {}).get(name, {}), secrets)
+        for name in hosts
+    }
+
+
+def ssh_remote(ctx: HostContext) -> SshRemote:
+    return SshRemote(SshTransport(ctx.host))
+
+
+def lock_owner(now_iso: str) -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container user with no passwd entry and no $USER
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()} pid={os.getpid()} since={now_iso}"
+
+
+def local_audit_path(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "vllmctl" / "audit.log"
+
+
+def append_local_audit(path: Path, record: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(record, sort_keys=True, default=str) + "\n")

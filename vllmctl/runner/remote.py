@@ -1,0 +1,120 @@
+"""What the runner asks of a host (gather, lock, execute an action, finish), and the SSH-backed one.
+
+The lock is an atomic `mkdir` with an owner file; the audit line is appended when a changing run ends.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from vllmctl.errors import VllmctlError
+from vllmctl.facts.script import build_script, parse_sections
+from vllmctl.ops import Action, Command, Upload
+from vllmctl.transport import Result, SshTransport
+
+LOCK_DIR = "/var/lib/vllmctl/lock"
+AUDIT_LOG = "/var/log/vllmctl/audit.log"
+LOCKED_MARK = "@@vllmctl-locked"
+LOCKED_EXIT = 75
+
+Requests = Mapping[str, tuple[str, ...]]
+
+
+class HostLockedError(VllmctlError):
+    """Another apply holds this host's lock."""
+
+    def __init__(self, host: str, owner: str) -> None:
+        super().__init__(
+            f"{host}: locked by another apply ({owner or 'owner unknown'})",
+            "wait for it to finish; if it died, run again with --break-lock",
+        )
+
+
+class Remote(Protocol):
+    def begin(
+        self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
+    ) -> dict[str, Any]:
+        """Gather facts after taking the lock, or (lock_owner None) after checking it is free."""
+        ...
+
+    def gather(self, requests: Requests, timeout: float) -> dict[str, Any]: ...
+
+    def execute(self, action: Action, timeout: float) -> Result: ...
+
+    def read_file(self, path: str, timeout: float) -> str | None: ...
+
+    def finish(self, audit_line: str | None, release_lock: bool, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _refuse_if_held() -> str:
+    return f"then echo {LOCKED_MARK}; cat {LOCK_DIR}/owner 2>/dev/null; exit {LOCKED_EXIT}; fi\n"
+
+
+def lock_script(owner: str, break_lock: bool) -> str:
+    return (
+        f"mkdir -p {shlex.quote(LOCK_DIR.rsplit('/', 1)[0])}\n"
+        + (f"rm -rf {LOCK_DIR}\n" if break_lock else "")
+        + f"if ! mkdir {LOCK_DIR} 2>/dev/null; {_refuse_if_held()}"
+        + f"printf '%s\\n' {shlex.quote(owner)} > {LOCK_DIR}/owner\n"
+    )
+
+
+def probe_script() -> str:
+    """Fail early when another apply holds the lock, without taking it (a no-op run writes nothing)."""
+    return f"if [ -d {LOCK_DIR} ]; {_refuse_if_held()}"
+
+
+def finish_script(release_lock: bool, audit: bool) -> str:
+    parts = [f"rm -rf {LOCK_DIR}"] if release_lock else []
+    if audit:
+        parts.append(f"mkdir -p {AUDIT_LOG.rsplit('/', 1)[0]} && cat >> {AUDIT_LOG}")
+    return "; ".join(parts) or "true"
+
+
+class SshRemote:
+    def __init__(self, transport: SshTransport) -> None:
+        self.transport = transport
+        self.name = transport.host.name
+
+    def begin(
+        self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
+    ) -> dict[str, Any]:
+        prefix = lock_script(lock_owner, break_lock) if lock_owner else probe_script()
+        return self._gather(prefix, requests, timeout)
+
+    def gather(self, requests: Requests, timeout: float) -> dict[str, Any]:
+        return self._gather("", requests, timeout)
+
+    def _gather(self, prefix: str, requests: Requests, timeout: float) -> dict[str, Any]:
+        result = self.transport.run(prefix + build_script(requests), sudo=True, timeout=timeout)
+        if result.exited == LOCKED_EXIT and result.stdout.startswith(LOCKED_MARK):
+            raise HostLockedError(self.name, result.stdout[len(LOCKED_MARK) :].strip())
+        if not result.ok:
+            raise VllmctlError(
+                f"{self.name}: gathering facts failed (exit {result.exited})",
+                f"stderr: {result.stderr.strip()[-500:] or '(none)'}",
+            )
+        return parse_sections(requests, result.stdout)
+
+    def execute(self, action: Action, timeout: float) -> Result:
+        if isinstance(action, Upload):
+            return self.transport.put(
+                action.content.encode(), action.path, action.mode, action.owner, action.group, timeout=timeout
+            )
+        assert isinstance(action, Command)
+        return self.transport.run(action.render(), sudo=action.sudo, timeout=timeout)
+
+    def read_file(self, path: str, timeout: float) -> str | None:
+        result = self.transport.run(["cat", "--", path], sudo=True, timeout=timeout)
+        return result.stdout if result.ok else None
+
+    def finish(self, audit_line: str | None, release_lock: bool, timeout: float) -> None:
+        stdin = (audit_line + "\n").encode() if audit_line else None
+        self.transport.run(finish_script(release_lock, audit_line is not None), True, timeout, stdin)
+
+    def close(self) -> None:
+        self.transport.close()
