@@ -8,12 +8,6 @@ from vllmctl.console import Ui
 from vllmctl.errors import NotBuiltError
 
 PENDING: dict[str, tuple[str, str]] = {
-    "validate": ("check an inventory and report every problem", "issue #2"),
-    "plan": ("show the planned engine flags and memory per host and model", "issue #3"),
-    "estimate": ("predict vLLM's memory for one model on one GPU", "issue #3"),
-    "lab": ("run a local fleet of real container hosts", "issue #4"),
-    "facts": ("gather and show host facts", "issue #5"),
-    "apply": ("converge the fleet", "issue #5"),
     "rollback": ("re-activate a known-good release", "issue #7"),
     "history": ("list releases per host", "issue #7"),
     "status": ("show fleet serving status", "issue #8"),

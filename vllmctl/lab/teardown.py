@@ -22,6 +22,8 @@ from vllmctl.lab.layout import FleetLayout, LabHost, fleet_layout
 from vllmctl.lab.preflight import require_root
 
 STOP_GRACE_S = 8.0
+TEARDOWN_PASSES = 3
+TEARDOWN_RETRY_WAIT_S = 1.0
 
 
 def host_dir(name: str, host: LabHost) -> Path:
@@ -96,13 +98,22 @@ def _steps(saved: state.FleetState) -> list[tuple[str, Callable[[], None]]]:
 
 def teardown(saved: state.FleetState) -> None:
     """Run every removal step even when one fails, then check that nothing of the fleet is left."""
-    failures = []
-    for what, step in _steps(saved):
-        try:
-            step()
-        except Exception as exc:  # keep going: a later step may still free what this one needed
-            failures.append(f"{what}: {exc}")
-    remains = leftovers(saved)
+    failures: list[str] = []
+    remains: list[str] = []
+    # Cgroups and mounts of a stopping container can vanish or stay busy for a moment after its processes
+    # exit; every step is idempotent, so a short second pass removes what the first raced against.
+    for attempt in range(TEARDOWN_PASSES):
+        if attempt:
+            time.sleep(TEARDOWN_RETRY_WAIT_S)
+        failures = []
+        for what, step in _steps(saved):
+            try:
+                step()
+            except Exception as exc:  # keep going: a later step may still free what this one needed
+                failures.append(f"{what}: {exc}")
+        remains = leftovers(saved)
+        if not remains:
+            break
     if remains:
         detail = f"; errors: {'; '.join(failures)}" if failures else ""
         raise VllmctlError(
