@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rich.table import Table
 
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.facts import HOST_FACTS
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.fleet import host_contexts, select_hosts, ssh_remote
+from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
 
 SHOWN = (*HOST_FACTS, "units", "releases")
 
@@ -58,20 +57,7 @@ def summarize(name: str, value: Any) -> str:
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     hosts = select_hosts(inventory, args.limit)
-    contexts = host_contexts(inventory, hosts, {})
-    requests = {name: () for name in SHOWN}
-
-    def gather(name: str) -> dict[str, Any]:
-        remote = ssh_remote(contexts[name])
-        try:
-            return {"facts": remote.gather(requests, args.timeout)}
-        except VllmctlError as exc:
-            return {"error": exc.message, "hint": exc.hint}
-        finally:
-            remote.close()
-
-    with ThreadPoolExecutor(max_workers=max(1, min(args.forks, len(hosts) or 1))) as pool:
-        gathered = dict(zip(hosts, pool.map(gather, hosts), strict=True))
+    gathered = gather_fleet_facts(host_contexts(inventory, hosts, {}), SHOWN, args.timeout, args.forks)
     if args.json:
         ui.json(gathered)
     else:

@@ -1,7 +1,7 @@
 """`vllmctl plan INVENTORY`: engine flags, per-GPU memory and the reason for every choice, per host and model.
 
-Plans from the GPUs each host declares, the shipped model catalog and local model directories; hub ids
-outside the catalog are fetched from the hub unless `--offline`.
+Plans from the GPUs each host declares (or, with `--gather-facts`, reports over SSH), the shipped model
+catalog and local model directories; hub ids outside the catalog are fetched unless `--offline`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
+from vllmctl.planner.inventory_plan import GpuFacts, HostModelPlan, plan_inventory
+from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,8 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--gather-facts",
         action="store_true",
-        help="read GPUs from the hosts over SSH instead of declarations",
+        help="read each host's GPUs over SSH; unreachable hosts fall back to their declared gpus",
     )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host when gathering facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     parser.set_defaults(func=run)
 
@@ -50,24 +52,33 @@ def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch]
     return archs, failures
 
 
-def _selected(inv: Inventory, limit: str | None) -> set[str] | None:
-    if not limit:
-        return None
-    names: set[str] = set()
-    for selector in limit.split(","):
-        found = inv.hosts_for(selector.strip())
-        if not found:
-            raise VllmctlError(f"--limit {selector!r} names no host or group", "see `vllmctl validate`")
-        names.update(found)
-    return names
+def gpu_facts_from(gathered: dict[str, dict[str, Any]], ui: Ui) -> dict[str, GpuFacts]:
+    """(name, count, memory MiB) per host whose nvidia-smi answered; the others keep their declaration."""
+    found: dict[str, GpuFacts] = {}
+    for host, result in gathered.items():
+        gpus = result.get("facts", {}).get("gpus") or {}
+        if "error" in result:
+            ui.warn(f"{host}: facts not gathered ({result['error']}); planning from declared gpus")
+        elif gpus.get("status") != "ok" or not gpus.get("gpus"):
+            ui.warn(
+                f"{host}: no GPUs reported ({gpus.get('status', 'unknown')}); planning from declared gpus"
+            )
+        else:
+            first = gpus["gpus"][0]
+            found[host] = (str(first["name"]), len(gpus["gpus"]), int(first["memory_total_mib"]))
+    return found
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inv = load_inventory(args.inventory)
-    selected = _selected(inv, args.limit)
+    selected = set(select_hosts(inv, args.limit))
+    facts = None
+    if args.gather_facts:
+        contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {})
+        facts = gpu_facts_from(gather_fleet_facts(contexts, ("gpus",), args.timeout, forks=16), ui)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
-    plan = plan_inventory(inv, None, archs)
-    entries = [e for e in plan.entries if selected is None or e.host in selected]
+    plan = plan_inventory(inv, facts, archs)
+    entries = [e for e in plan.entries if e.host in selected]
     entries = [_with_arch_failure(e, inv, arch_failures) for e in entries]
     if args.json:
         ui.json({"ok": all(e.plan for e in entries), "entries": [e.to_json() for e in entries]})

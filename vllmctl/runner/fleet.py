@@ -8,11 +8,12 @@ import json
 import os
 import socket
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from vllmctl.desired import HostContext, ModelPlan
-from vllmctl.errors import InputError
+from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.runner.remote import SshRemote
 from vllmctl.transport import SshTransport
@@ -67,6 +68,26 @@ def host_contexts(
 
 def ssh_remote(ctx: HostContext) -> SshRemote:
     return SshRemote(SshTransport(ctx.host))
+
+
+def gather_fleet_facts(
+    contexts: Mapping[str, HostContext], facts: tuple[str, ...], timeout_s: float, forks: int
+) -> dict[str, dict[str, Any]]:
+    """Per host either {"facts": {...}} or {"error": message, "hint": hint}; one round trip per host."""
+    requests: dict[str, tuple[str, ...]] = {name: () for name in facts}
+
+    def gather(name: str) -> dict[str, Any]:
+        remote = ssh_remote(contexts[name])
+        try:
+            return {"facts": remote.gather(requests, timeout_s)}
+        except VllmctlError as exc:
+            return {"error": exc.message, "hint": exc.hint}
+        finally:
+            remote.close()
+
+    hosts = list(contexts)
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
+        return dict(zip(hosts, pool.map(gather, hosts), strict=True))
 
 
 def lock_owner(now_iso: str) -> str:
