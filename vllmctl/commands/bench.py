@@ -87,10 +87,9 @@ def _spec(args: argparse.Namespace) -> LoadSpec:
 
 def _replica_counts(inv: Inventory) -> dict[tuple[str, str], int]:
     """Data-parallel replicas per (host, model) as the offline planner sees them; 1 where it cannot plan."""
-    from vllmctl.planner.inventory_plan import plan_inventory
+    from vllmctl.runner.fleet import fleet_plan
 
-    plan = plan_inventory(inv)
-    return {(e.host, e.model): len(e.plan.replicas) for e in plan.entries if e.plan is not None}
+    return fleet_plan(inv).replica_counts()
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[Endpoint], dict[str, dict[str, float]]]:

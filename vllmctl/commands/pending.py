@@ -10,7 +10,6 @@ from vllmctl.errors import NotBuiltError
 PENDING: dict[str, tuple[str, str]] = {
     "rollback": ("re-activate a known-good release", "issue #7"),
     "history": ("list releases per host", "issue #7"),
-    "status": ("show fleet serving status", "issue #8"),
 }
 
 

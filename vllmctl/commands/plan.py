@@ -11,14 +11,12 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.catalog.arch import ModelArch
-from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.planner.inventory_plan import GpuFacts, HostModelPlan, plan_inventory
-from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
+from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, load_model_archs, select_hosts
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,20 +34,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host when gathering facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     parser.set_defaults(func=run)
-
-
-def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch], dict[str, str]]:
-    """Architectures by model source, and for the ones that cannot be loaded, why."""
-    archs: dict[str, ModelArch] = {}
-    failures: dict[str, str] = {}
-    for model in inv.models.values():
-        if model.source in archs or model.source in failures:
-            continue
-        try:
-            archs[model.source] = load_arch(model.source, model.revision, online=online)
-        except VllmctlError as exc:
-            failures[model.source] = exc.render()
-    return archs, failures
 
 
 def gpu_facts_from(gathered: dict[str, dict[str, Any]], ui: Ui) -> dict[str, GpuFacts]:

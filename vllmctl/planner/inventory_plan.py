@@ -58,6 +58,10 @@ class InventoryPlan:
             hints = [f"{e.host}/{e.model}: {e.hint}" for e in failed if e.hint]
             raise PlanError("\n".join(lines), "\n  ".join(hints))
 
+    def replica_counts(self) -> dict[tuple[str, str], int]:
+        """Engine processes per (host, model) where a plan exists."""
+        return {(e.host, e.model): len(e.plan.replicas) for e in self.entries if e.plan is not None}
+
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "entries": [entry.to_json() for entry in self.entries]}
 

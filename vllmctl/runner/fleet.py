@@ -12,9 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.loader import load_arch
 from vllmctl.desired import HostContext, ModelPlan
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
+from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, plan_inventory
 from vllmctl.runner.remote import SshRemote
 from vllmctl.transport import SshTransport
 
@@ -88,6 +91,26 @@ def gather_fleet_facts(
     hosts = list(contexts)
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
         return dict(zip(hosts, pool.map(gather, hosts), strict=True))
+
+
+def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch], dict[str, str]]:
+    """Architectures by model source, and for the ones that cannot be loaded, why."""
+    archs: dict[str, ModelArch] = {}
+    failures: dict[str, str] = {}
+    for model in inv.models.values():
+        if model.source in archs or model.source in failures:
+            continue
+        try:
+            archs[model.source] = load_arch(model.source, model.revision, online=online)
+        except VllmctlError as exc:
+            failures[model.source] = exc.render()
+    return archs, failures
+
+
+def fleet_plan(inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None) -> InventoryPlan:
+    """The plan commands act on: model architectures read offline (catalog or local directories)."""
+    archs, _ = load_model_archs(inv, online=False)
+    return plan_inventory(inv, gpu_facts, archs)
 
 
 def lock_owner(now_iso: str) -> str:

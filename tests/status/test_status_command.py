@@ -1,0 +1,112 @@
+"""`vllmctl status`: service state and release from host facts, health and metrics over real HTTP, advice."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from vllmctl.bench.endpoints import Endpoint
+from vllmctl.commands.status import Scrape, build_statuses, scrape_all
+from vllmctl.inventory import load_inventory
+from vllmctl.metrics import parse_metrics
+from vllmctl.planner.inventory_plan import InventoryPlan
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
+QUEUEING = (FIXTURES / "metrics_queueing.txt").read_text()
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        "vllmctl: 1\n"
+        "hosts:\n"
+        "  a: {address: 127.0.0.1}\n"
+        "  b: {address: 127.0.0.2}\n"
+        "models:\n"
+        "  tiny: {source: /srv/tiny, hosts: [a, b], port: 8000, engine_args: {max_num_seqs: 2}}\n"
+    )
+    return path
+
+
+def _metrics() -> Scrape:
+    return Scrape(True, next(iter(parse_metrics(QUEUEING).values())))
+
+
+def test_statuses_combine_facts_metrics_and_advice(inventory: Path) -> None:
+    inv = load_inventory(inventory)
+    endpoints = [
+        Endpoint("a", "tiny", 0, "http://127.0.0.1:8000"),
+        Endpoint("b", "tiny", 0, "http://127.0.0.2:8000"),
+    ]
+    facts = {
+        "a": {
+            "facts": {
+                "units": {"vllmctl-tiny-0.service": {"active_state": "active"}},
+                "releases": {"current": "r7"},
+            }
+        },
+        "b": {"error": "connection refused", "hint": "is sshd running?"},
+    }
+    statuses = build_statuses(
+        inv, endpoints, facts, InventoryPlan(()), [_metrics(), _metrics()], [_metrics(), _metrics()], 1.0
+    )
+    first, second = statuses
+    assert (first.service_state, first.release, first.healthy) == ("active", "r7", True)
+    assert first.metrics is not None and first.metrics.requests_waiting > 0
+    assert [a.code for a in first.advice] == ["max-num-seqs-too-low"]
+    assert first.ok
+    assert second.error == "unreachable: connection refused"
+    assert not second.ok
+
+
+class _FakeVllm(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = {"/health": b"", "/metrics": QUEUEING.encode()}.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+def test_scrape_reads_health_and_metrics_over_http(server: str) -> None:
+    up, down = scrape_all([Endpoint("a", "tiny", 0, server), Endpoint("a", "tiny", 1, "http://127.0.0.1:9")])
+    assert up.healthy is True and up.metrics is not None
+    assert up.metrics.requests_running == 2
+    assert down.healthy is False and down.metrics is None
+    assert "ConnectError" in down.error
+
+
+def test_status_json_is_machine_readable(inventory: Path, server: str) -> None:
+    from vllmctl.status_view import status_json
+
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, server)
+    facts = {
+        "a": {"facts": {"units": {"vllmctl-tiny-0.service": {"active_state": "failed"}}, "releases": {}}}
+    }
+    scraped = scrape_all([endpoint])
+    statuses = build_statuses(inv, [endpoint], facts, InventoryPlan(()), scraped, scraped, 1.0)
+    payload = json.loads(json.dumps(status_json(statuses)))
+    entry = payload["entries"][0]
+    assert payload["ok"] is False  # healthy over HTTP, but systemd says the unit failed
+    assert (entry["service_state"], entry["healthy"], entry["ok"]) == ("failed", True, False)
+    assert entry["metrics"]["requests_waiting"] > 0
