@@ -162,7 +162,7 @@ def main() -> None:
         fleet = start_fleet(name, args.hosts, work / "lab.yml")
         inventory = write_inventory(fleet.inventory, work)
         write_peer_files(inventory, work)
-        vllmctl = [sys.executable, "-m", "vllmctl", "apply", str(inventory), "--json"]
+        vllmctl = [sys.executable, "-m", "vllmctl", "apply", str(inventory), "--json", "--playbook", "units"]
         subprocess.run(vllmctl, capture_output=True, env=env, check=False)  # first converge
         results = {
             "vllmctl apply (no-op, facts + checks)": measure(

@@ -5,7 +5,7 @@ A playbook names tasks; each task here expands to operation calls. Adding a phas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,6 @@ HOME_DIR = f"{LIB_DIR}/home"
 LOG_DIR = "/var/log/vllmctl"
 VENVS_DIR = "/opt/vllmctl/venvs"
 SERVICE_USER = "vllm"
-ENGINE_INSTALL_ISSUE = "issue #6"
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,8 @@ class HostContext:
     plans: Mapping[str, ModelPlan] = field(default_factory=dict)
     # secret name -> value, resolved at the edge; written to env files as NAME.upper() (hf_token -> HF_TOKEN)
     secrets: Mapping[str, str] = field(default_factory=dict)
+    # local model source (and wheelhouse) -> its files measured on the controller, None when absent there
+    local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
 
     def models(self) -> list[ModelDeployment]:
         return [m for m in self.inventory.models.values() if self.host.name in m.hosts]
@@ -96,6 +97,8 @@ def _flags(engine: str, engine_args: Mapping[str, Any]) -> list[str]:
     known = KNOWN_FLAGS.get(engine, {})
     argv: list[str] = []
     for name, value in engine_args.items():
+        if isinstance(value, Mapping) and "secret" in value and engine == "vllm" and name == "api_key":
+            continue  # VLLM_API_KEY in the 0600 env file: a unit's ExecStart and argv are world-readable
         if isinstance(value, Mapping) and "secret" in value:
             raise VllmctlError(
                 f"engine arg {name} uses secret {value['secret']}: secrets in engine flags are not built yet",
@@ -129,12 +132,22 @@ def render_unit(ctx: HostContext, model: ModelDeployment, replica: Replica) -> s
 
 def render_env(ctx: HostContext, model: ModelDeployment) -> str:
     environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    # hub models are staged before the start (model_staging): the engine reads them offline from there
+    environment.update({"HF_HUB_CACHE": f"{LIB_DIR}/models/hub", "HF_HUB_OFFLINE": "1"})
     environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
     environment.update({name.upper(): value for name, value in ctx.secrets.items()})
+    api_key = ctx.plan(model).engine_args.get("api_key")
+    if isinstance(api_key, Mapping) and str(api_key.get("secret")) in ctx.secrets:
+        environment["VLLM_API_KEY"] = ctx.secrets[str(api_key["secret"])]
     return render_template("model.env.j2", {"model": model.name, "environment": environment})
 
 
 Params = Mapping[str, Any]
+
+
+def applied_hash(ctx: HostContext, model: ModelDeployment, replica: Replica) -> str:
+    """What a replica was started with: unit + env content; a change to either restarts it."""
+    return sha256_text(render_unit(ctx, model, replica) + "\0" + render_env(ctx, model))
 
 
 def _base_layout(ctx: HostContext, params: Params) -> list[OpCall]:
@@ -169,15 +182,13 @@ def _model_services(ctx: HostContext, params: Params) -> list[OpCall]:
     start = bool(params.get("start", True))
     calls = []
     for model in ctx.models():
-        env = render_env(ctx, model)
         for replica in ctx.plan(model).replicas:
-            unit = render_unit(ctx, model, replica)
             args = {
                 "name": unit_name(model.name, replica.index),
                 "enabled": start,
                 "running": start,
-                "applied": sha256_text(unit + "\0" + env),
-                "why_stopped": f"not started: the engine install is not built yet ({ENGINE_INSTALL_ISSUE})",
+                "applied": applied_hash(ctx, model, replica),
+                "why_stopped": "not started: the playbook says start: false",
             }
             calls.append(OpCall("service", args))
     return calls
@@ -194,13 +205,13 @@ TASKS: dict[str, Task] = {
 }
 
 PENDING_TASKS: dict[str, str] = {
-    "driver_install": ENGINE_INSTALL_ISSUE,
-    "engine_install": ENGINE_INSTALL_ISSUE,
-    "model_staging": ENGINE_INSTALL_ISSUE,
-    "health_check": "issue #8",
     "release_rollback": "issue #7",
 }
 
 
 def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:
     return TASKS[task](ctx, params)
+
+
+# Registers the provisioning tasks (driver, engine, staging, health) in TASKS; it builds on the helpers above.
+import vllmctl.provision_tasks  # noqa: E402, F401

@@ -9,6 +9,7 @@ import shlex
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +237,52 @@ class SshTransport:
             f'mv -f "$tmp" {target}; trap - EXIT'
         )
         return self.run(script, sudo=sudo, timeout=timeout, stdin=content)
+
+    def put_file(
+        self,
+        source: str,
+        path: str,
+        sha256: str,
+        mode: str = "0644",
+        owner: str = "root",
+        group: str = "root",
+        timeout: float | None = None,
+    ) -> Result:
+        """Stream a local file over SFTP into a private incoming folder, check its sha256 on the host, then
+        move it next to `path` and rename it into place (so a half-sent file is never seen there)."""
+        user = self.host.ssh.user
+        incoming = f"/var/tmp/vllmctl-incoming-{user}"
+        prepared = self.run(["install", "-d", "-m", "0700", "-o", user, incoming], sudo=True, timeout=30)
+        if not prepared.ok:
+            return prepared
+        sent = f"{incoming}/{uuid.uuid4().hex}"
+        try:
+            sftp = self.connect().open_sftp()
+            try:
+                sftp.get_channel().settimeout(timeout)  # type: ignore[union-attr]
+                sftp.put(source, sent)
+            finally:
+                sftp.close()
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise TransportError(
+                    f"cannot read {source}: {exc.strerror}", "check the model's source path"
+                ) from exc
+            raise TransportError(
+                f"{self.host.name}: sending {source} failed ({exc})",
+                "check the host's free disk and apply again",
+            ) from exc
+        except paramiko.SSHException as exc:
+            raise TransportError(f"{self.host.name}: sending {source} failed ({exc})", "apply again") from exc
+        q = shlex.quote
+        script = (
+            f"set -e; trap 'rm -f {q(sent)}' EXIT; "
+            f"echo {q(sha256 + '  ' + sent)} | sha256sum --check --quiet --status - "
+            f"|| {{ echo {q('sha256 mismatch after sending ' + source)} >&2; exit 1; }}; "
+            f'tmp=$(mktemp {q(os.path.dirname(path) or ".")}/.vllmctl-push.XXXXXX); mv -f {q(sent)} "$tmp"; '
+            f'chmod {q(mode)} "$tmp"; chown {q(owner + ":" + group)} "$tmp"; mv -f "$tmp" {q(path)}'
+        )
+        return self.run(script, sudo=True, timeout=timeout)
 
     def close(self) -> None:
         for client in (self._client, self._jump):

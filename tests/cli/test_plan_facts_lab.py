@@ -21,7 +21,9 @@ def test_gathered_gpus_replace_declared_ones(
     first, second = list(data["hosts"])[:2]
     for host in (first, second):
         data["hosts"][host]["gpus"] = {"model": "L4", "count": 1}  # deliberately wrong declarations
-    data["models"] = {"qwen3-8b": {"source": "Qwen/Qwen3-8B", "hosts": [first, second], "max_model_len": 8192}}
+    data["models"] = {
+        "qwen3-8b": {"source": "Qwen/Qwen3-8B", "hosts": [first, second], "max_model_len": 8192}
+    }
     inventory = tmp_path / "lab-plan.yml"
     inventory.write_text(yaml.safe_dump(data))
 

@@ -9,6 +9,7 @@ from executor_builders import inventory, model
 
 from vllmctl.desired import HostContext, ModelPlan, Replica, expand, render_unit
 from vllmctl.errors import InvalidInputError, VllmctlError
+from vllmctl.inventory.model import EngineSpec
 from vllmctl.playbooks import load_playbook, parse_playbook
 from vllmctl.runner.plan import plan_phase, playbook_requests
 
@@ -50,8 +51,8 @@ def test_service_applied_hash_follows_unit_and_env() -> None:
     assert expand("model_services", {"start": True}, _ctx())[0].args["applied"] == first
 
 
-def test_site_playbook_plans_everything_on_a_fresh_host_from_one_fact_request() -> None:
-    playbook = load_playbook("site")
+def test_units_playbook_plans_everything_on_a_fresh_host_from_one_fact_request() -> None:
+    playbook = load_playbook("units")
     assert [p.name for p in playbook.phases] == ["base", "models", "services"]
     ctx = _ctx()
     requests = playbook_requests(playbook, ctx)
@@ -62,10 +63,10 @@ def test_site_playbook_plans_everything_on_a_fresh_host_from_one_fact_request() 
     changed = [s.op for s in steps if s.changed]
     assert changed == ["directory"] * 7 + ["service_user", "directory", "env_file", "systemd_unit"]
     service = steps[-1]
-    assert service.op == "service" and not service.changed and "issue #6" in (service.noop or "")
+    assert service.op == "service" and not service.changed and "start: false" in (service.noop or "")
 
 
-@pytest.mark.parametrize("name", ["drivers", "engine", "rollback"])
+@pytest.mark.parametrize("name", ["rollback"])
 def test_playbooks_with_unbuilt_tasks_fail_at_load_time(name: str) -> None:
     with pytest.raises(InvalidInputError) as caught:
         load_playbook(name)
@@ -84,10 +85,21 @@ def test_playbook_unknown_keys_are_reported() -> None:
         parse_playbook("phases: []\nwhen: x\n", "pb.yml")
 
 
-def test_a_secret_engine_arg_is_refused_rather_than_written_into_a_world_readable_unit() -> None:
+def test_a_secret_api_key_goes_to_the_env_file_never_into_the_world_readable_unit() -> None:
+    plan = ModelPlan({"api_key": {"secret": "api"}}, (Replica(0, 8000),))
+    base = _ctx(llama=plan)
+    ctx = HostContext(base.inventory, base.host, base.plans, {"api": "sk-topsecret"})
+    (unit,) = expand("model_units", {}, ctx)
+    assert "sk-topsecret" not in unit.args["content"] and "--api-key" not in unit.args["content"]
+    (env,) = expand("model_env_files", {}, ctx)
+    assert 'VLLM_API_KEY="sk-topsecret"\n' in env.args["content"]
+
+
+def test_a_secret_engine_arg_sglang_cannot_read_from_the_environment_is_refused() -> None:
+    inv = inventory(["gpu-1"], {"llama": model("llama", ("gpu-1",), engine=EngineSpec("sglang", "0.5.4"))})
     plan = ModelPlan({"api_key": {"secret": "api"}}, (Replica(0, 8000),))
     with pytest.raises(VllmctlError, match="secrets in engine flags are not built yet"):
-        expand("model_units", {}, _ctx(llama=plan))
+        expand("model_units", {}, HostContext(inv, inv.hosts["gpu-1"], {"llama": plan}, {}))
 
 
 def test_registering_a_pending_task_makes_it_loadable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,8 @@ def lab(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 
 def apply(lab: dict[str, Any], *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
-    result = vllmctl("apply", str(inventory or lab["inventory"]), "--json", *extra, state_dir=lab["dir"])
+    argv = ["apply", str(inventory or lab["inventory"]), "--json", "--playbook", "units", *extra]
+    result = vllmctl(*argv, state_dir=lab["dir"])
     try:
         doc = json.loads(result.stdout)
     except json.JSONDecodeError:
@@ -226,7 +227,7 @@ def test_concurrent_applies_never_both_hold_a_host(lab: dict[str, Any]) -> None:
     fleet: LabFleet = lab["fleet"]
     converge(lab)
     env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(lab["dir"])}
-    argv = [sys.executable, "-m", "vllmctl", "apply", str(lab["inventory"]), "--json"]
+    argv = [sys.executable, "-m", "vllmctl", "apply", str(lab["inventory"]), "--json", "--playbook", "units"]
     procs = [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for _ in "ab"

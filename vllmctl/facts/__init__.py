@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vllmctl.facts.base import Fact
 from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
+from vllmctl.facts.provision import PROVISION_FACTS
 from vllmctl.facts.state import APPLIED, ENGINE_VENVS, PATHS, RELEASES, UNIT_FILES, UNITS, USERS
 from vllmctl.facts.system import KERNEL, OS_RELEASE, PYTHON, RESOURCES
 
@@ -24,7 +25,7 @@ FACTS: dict[str, Fact] = {
         PATHS,
         USERS,
     )
-}
+} | PROVISION_FACTS
 
 HOST_FACTS = ("gpus", "gpu_topology", "os_release", "kernel", "resources", "python", "engine_venvs")
 

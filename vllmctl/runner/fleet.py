@@ -19,6 +19,7 @@ from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, plan_inventory
 from vllmctl.runner.remote import SshRemote
+from vllmctl.staging import local_models
 from vllmctl.transport import SshTransport
 
 
@@ -63,8 +64,15 @@ def host_contexts(
     secrets: Mapping[str, str],
     plans: Mapping[str, Mapping[str, ModelPlan]] | None = None,
 ) -> dict[str, HostContext]:
+    sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+    sources += [
+        str(inventory.hosts[n].vars["engine_wheelhouse"])
+        for n in hosts
+        if "engine_wheelhouse" in inventory.hosts[n].vars
+    ]
+    local = local_models(sources)
     return {
-        name: HostContext(inventory, inventory.hosts[name], (plans or {}).get(name, {}), secrets)
+        name: HostContext(inventory, inventory.hosts[name], (plans or {}).get(name, {}), secrets, local)
         for name in hosts
     }
 

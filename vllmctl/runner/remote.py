@@ -6,12 +6,15 @@ The lock is an atomic `mkdir` with an owner file; the audit line is appended whe
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from vllmctl.errors import VllmctlError
+from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.facts.script import build_script, parse_sections
 from vllmctl.ops import Action, Command, Upload
+from vllmctl.ops.driver import WaitForReboot
+from vllmctl.ops.model_stage import PushFile
 from vllmctl.transport import Result, SshTransport
 
 LOCK_DIR = "/var/lib/vllmctl/lock"
@@ -41,7 +44,7 @@ class Remote(Protocol):
 
     def gather(self, requests: Requests, timeout: float) -> dict[str, Any]: ...
 
-    def execute(self, action: Action, timeout: float) -> Result: ...
+    def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result: ...
 
     def read_file(self, path: str, timeout: float) -> str | None: ...
 
@@ -100,13 +103,37 @@ class SshRemote:
             )
         return parse_sections(requests, result.stdout)
 
-    def execute(self, action: Action, timeout: float) -> Result:
+    def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:
+        if isinstance(action, PushFile):
+            return self.transport.put_file(
+                action.source, action.path, action.sha256, action.mode, action.owner, action.group, timeout
+            )
+        if isinstance(action, WaitForReboot):
+            return self._wait_for_reboot(action.boot_id, min(timeout, action.timeout_s))
         if isinstance(action, Upload):
             return self.transport.put(
                 action.content.encode(), action.path, action.mode, action.owner, action.group, timeout=timeout
             )
         assert isinstance(action, Command)
         return self.transport.run(action.render(), sudo=action.sudo, timeout=timeout)
+
+    def _wait_for_reboot(self, old_boot_id: str, timeout: float) -> Result:
+        """The host is going down: reconnect until it answers with another boot id, or time out."""
+        deadline = time.monotonic() + timeout
+        self.transport.close()
+        time.sleep(3)
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                seen = self.transport.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=10)
+                if seen.ok and seen.stdout.strip() and seen.stdout.strip() != old_boot_id:
+                    return Result(f"back with boot id {seen.stdout.strip()}\n", "", 0)
+                last = "still the old boot"
+            except TransportError as exc:
+                last = exc.message
+            self.transport.close()
+            time.sleep(2)
+        return Result("", f"{self.name} did not come back within {timeout:g}s: {last}", 124, True)
 
     def read_file(self, path: str, timeout: float) -> str | None:
         result = self.transport.run(["cat", "--", path], sudo=True, timeout=timeout)

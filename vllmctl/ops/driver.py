@@ -1,0 +1,132 @@
+"""NVIDIA driver operations: keep the pinned branch installed (apt) and held, and reboot into it when the
+running driver is not the installed one (only with `driver.reboot: true`; otherwise stop with the fix)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
+
+DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
+REBOOT_WAIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class WaitForReboot:
+    """Controller-side: wait until SSH answers again with a boot id other than `boot_id`."""
+
+    boot_id: str
+    timeout_s: float = REBOOT_WAIT_S
+
+    def render(self) -> str:
+        return f"wait for the host to come back over SSH (new boot, up to {self.timeout_s:g}s)"
+
+
+def package_for(branch: str, flavor: str = "") -> str:
+    """`570` -> `nvidia-driver-570`; flavor `server` (Ubuntu's -server) -> `nvidia-driver-570-server`."""
+    return f"nvidia-driver-{branch.split('.')[0]}" + (f"-{flavor}" if flavor else "")
+
+
+def running_driver(gpus: Facts | None) -> str | None:
+    """The driver version nvidia-smi reports, None when there is no working driver (or no GPU)."""
+    if not gpus or gpus.get("status") != "ok":
+        return None
+    versions = [g["driver_version"] for g in gpus.get("gpus", []) if g.get("driver_version")]
+    return versions[0] if versions else None
+
+
+def is_branch(version: str | None, branch: str) -> bool:
+    """`580.95.05` is branch `580` and `580.95`; a pin may name a major branch or a minor release."""
+    return bool(version) and (version == branch or str(version).startswith(branch + "."))
+
+
+def upstream_version(deb_version: str) -> str:
+    """`570.133.07-0ubuntu1` and `1:570.133.07-1` -> `570.133.07`, comparable with nvidia-smi's version."""
+    return deb_version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def _facts(args: Args) -> FactRequests:
+    return {"gpus": (), "driver_packages": ()}
+
+
+def _plan_driver(args: Args, facts: Facts) -> Step:
+    branch = args.get("branch")
+    if not branch:
+        return noop("nvidia_driver", "driver", "no driver branch pinned (driver.branch)")
+    branch = str(branch)
+    package = package_for(branch, str(args.get("flavor") or ""))
+    running = running_driver(facts.get("gpus"))
+    packages: Facts = facts.get("driver_packages") or {}
+    installed: dict[str, str] = dict(packages.get("installed", {}))
+    held: list[str] = list(packages.get("held", []))
+    if is_branch(running, branch):
+        if package in installed and package not in held:
+            return Step("nvidia_driver", package, (run("apt-mark", "hold", package),))
+        return noop("nvidia_driver", package, f"nvidia-smi reports driver {running} (branch {branch})")
+    if package in installed:
+        return noop(
+            "nvidia_driver",
+            package,
+            f"{package} {installed[package]} is installed; the running driver is {running or 'none'}: "
+            "a reboot is pending (driver_reboot decides)",
+        )
+    if not packages.get("apt", False):
+        raise OpError(
+            f"driver branch {branch} is wanted, nvidia-smi reports {running or 'no driver'} and the host has "
+            "no apt-get",
+            "install the driver with your distribution's tools, or drop driver.branch for this host",
+        )
+    others = sorted(p for p in held if DRIVER_PACKAGE.match(p) and p != package)
+    actions: list[Command] = []
+    if others:
+        actions.append(run("apt-mark", "unhold", *others))
+    actions += [
+        run("apt-get", "update", "-q"),
+        run(
+            "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
+            "-o", "Dpkg::Options::=--force-confold", package,
+        ),
+        run("apt-mark", "hold", package),
+    ]  # fmt: skip
+    return Step("nvidia_driver", package, tuple(actions))
+
+
+def reboot_reason(package: str, facts: Facts) -> str | None:
+    packages: Facts = facts.get("driver_packages") or {}
+    if packages.get("reboot_required"):
+        return "/var/run/reboot-required exists"
+    installed = dict(packages.get("installed", {})).get(package)
+    running = running_driver(facts.get("gpus"))
+    if installed and running != upstream_version(installed):
+        seen = running or "no driver"
+        return f"{package} {upstream_version(installed)} is installed but nvidia-smi reports {seen}"
+    return None
+
+
+def _plan_reboot(args: Args, facts: Facts) -> Step:
+    branch = args.get("branch")
+    if not branch:
+        return noop("driver_reboot", "host", "no driver branch pinned (driver.branch)")
+    package = package_for(str(branch), str(args.get("flavor") or ""))
+    why = reboot_reason(package, facts)
+    if why is None:
+        return noop("driver_reboot", "host", "no reboot needed")
+    if not args.get("reboot"):
+        raise OpError(
+            f"reboot required: {why}",
+            "reboot the host (`sudo systemctl reboot`) and apply again, or set driver.reboot: true to let "
+            "vllmctl reboot it and wait for SSH",
+        )
+    boot_id = str((facts.get("driver_packages") or {}).get("boot_id") or "")
+    actions: tuple[Any, ...] = (
+        # scheduled a moment later so the command returns before sshd goes down
+        run("systemd-run", "--on-active=2", "--timer-property=AccuracySec=100ms", "systemctl", "reboot"),
+        WaitForReboot(boot_id, float(args.get("wait_s", REBOOT_WAIT_S))),
+    )
+    return Step("driver_reboot", "host", actions)
+
+
+NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": ""})
+DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False})

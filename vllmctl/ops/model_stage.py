@@ -1,0 +1,171 @@
+"""Model staging: hub models downloaded on the host (huggingface_hub in the engine venv, token read from
+the 0600 env file, never argv) and controller directories synced by sha256 manifest, after a disk check."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllmctl.facts.disk import MANIFEST_NAME
+from vllmctl.ops.base import (
+    Args,
+    Command,
+    FactRequests,
+    Facts,
+    Operation,
+    OpError,
+    Step,
+    Upload,
+    noop,
+    run,
+    sha256_text,
+)
+
+HUB_CACHE = "/var/lib/vllmctl/models/hub"
+HELPER = "/var/lib/vllmctl/bin/hub-download.py"
+DISK_MARGIN = 1.1  # room for the temp files a download or an upload writes before renaming
+
+# Runs in the engine venv as root: the env file (0600) is read here so the token never reaches argv.
+HUB_DOWNLOAD = """\
+import sys
+env_file, repo, revision, cache = sys.argv[1:5]
+env = {}
+try:
+    for line in open(env_file, encoding="utf-8"):
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            if value[:1] == '"' and value[-1:] == '"':
+                value = value[1:-1].replace('\\\\"', '"').replace("\\\\n", "\\n").replace("\\\\\\\\", "\\\\")
+            env[key] = value
+except FileNotFoundError:
+    pass
+import os
+os.environ.update({k: v for k, v in env.items() if k.startswith(("HF_", "HUGGING"))})
+os.environ.pop("HF_HUB_OFFLINE", None)
+from huggingface_hub import snapshot_download
+path = snapshot_download(repo, revision=revision or None, cache_dir=cache, token=env.get("HF_TOKEN") or None)
+print(path)
+"""
+
+
+@dataclass(frozen=True)
+class PushFile:
+    """A controller file streamed to the host (SFTP to a temp name, then moved into place): never argv."""
+
+    source: str
+    path: str
+    size: int
+    sha256: str
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+
+    def render(self) -> str:
+        return f"push {self.source} -> {self.path} ({self.size} bytes, sha256 {self.sha256[:12]})"
+
+
+def staged_marker(model: str) -> str:
+    return f"{HUB_CACHE}/.vllmctl-staged/{model}"
+
+
+def _hub_facts(args: Args) -> FactRequests:
+    return {"paths": (staged_marker(str(args["model"])),), "disk_free": (HUB_CACHE,)}
+
+
+def _check_space(where: str, needed_mib: float, facts: Facts, what: str) -> None:
+    free = (facts.get("disk_free") or {}).get(where)
+    if free is None or needed_mib <= 0:
+        return
+    if free["available_mib"] < needed_mib * DISK_MARGIN:
+        raise OpError(
+            f"not enough disk for {what}: {needed_mib:,.0f} MiB needed (+10% margin) under {where}, "
+            f"{free['available_mib']:,} MiB free",
+            f"free space on the filesystem holding {where}, or put fewer models on this host",
+        )
+
+
+def hub_marker_content(args: Args) -> str:
+    return f"{args['repo']}@{args.get('revision') or 'main'}\n"
+
+
+def _plan_hub(args: Args, facts: Facts) -> Step:
+    model, repo = str(args["model"]), str(args["repo"])
+    marker = staged_marker(model)
+    content = hub_marker_content(args)
+    current = facts["paths"].get(marker, {"type": "absent"})
+    if current.get("sha256") == sha256_text(content):
+        return noop(
+            "model_download", model, f"{repo}@{args.get('revision') or 'main'} is staged in {HUB_CACHE}"
+        )
+    _check_space(HUB_CACHE, float(args.get("size_mib") or 0), facts, f"{repo}")
+    python = f"{args['venv']}/bin/python"
+    argv = [python, HELPER, str(args["env_file"]), repo, str(args.get("revision") or ""), HUB_CACHE]
+    return Step(
+        "model_download",
+        model,
+        (
+            run(
+                "install", "-d", "-m", "0755", posixpath.dirname(HELPER), HUB_CACHE, posixpath.dirname(marker)
+            ),
+            Upload(HELPER, HUB_DOWNLOAD, "0755"),
+            Command(shell=f"umask 022 && {shlex.join(argv)} >/dev/null"),
+            Upload(marker, content),
+        ),
+    )
+
+
+def manifest_text(files: Sequence[Mapping[str, Any]]) -> str:
+    """The host-side record, `sha256  size  name` per line, written after every file arrived."""
+    return "".join(
+        f"{f['sha256']}  {f['size']}  {f['name']}\n" for f in sorted(files, key=lambda f: f["name"])
+    )
+
+
+def _sync_facts(args: Args) -> FactRequests:
+    dest = str(args["dest"])
+    return {"model_manifests": (dest,), "disk_free": (dest,)}
+
+
+def _plan_sync(args: Args, facts: Facts) -> Step:
+    """`files`: [{name, source, sha256, size}] measured on the controller; None when the source is absent."""
+    dest = str(args["dest"])
+    host: Facts = (facts.get("model_manifests") or {}).get(
+        dest, {"exists": False, "recorded": {}, "seen": {}}
+    )
+    files = args.get("files")
+    if files is None:
+        if host["exists"] and host["seen"]:
+            return noop(
+                "model_sync", dest, f"{dest} is not on the controller; the host has {len(host['seen'])} files"
+            )
+        raise OpError(
+            f"model directory {dest} exists neither on the controller nor on the host",
+            "fix the model's source path, or copy the model to the host yourself",
+        )
+    recorded, seen = host["recorded"], host["seen"]
+    stale = [
+        f
+        for f in files
+        if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
+    ]
+    gone = sorted(set(recorded) - {f["name"] for f in files})
+    if not stale and not gone and host["exists"]:
+        return noop("model_sync", dest, f"{len(files)} files in {dest} match their sha256")
+    _check_space(dest, sum(f["size"] for f in stale) / 2**20, facts, f"model files for {dest}")
+    owner, group = str(args.get("owner", "root")), str(args.get("group", "root"))
+    dirs = sorted({posixpath.dirname(posixpath.join(dest, f["name"])) for f in stale} | {dest})
+    actions: list[Any] = [run("install", "-d", "-m", "0755", *dirs)]
+    actions += [run("rm", "-f", "--", posixpath.join(dest, name)) for name in gone]
+    actions += [
+        PushFile(f["source"], posixpath.join(dest, f["name"]), f["size"], f["sha256"], "0644", owner, group)
+        for f in sorted(stale, key=lambda f: f["name"])
+    ]
+    actions.append(Upload(posixpath.join(dest, MANIFEST_NAME), manifest_text(files)))
+    return Step("model_sync", dest, tuple(actions))
+
+
+MODEL_DOWNLOAD = Operation("model_download", _hub_facts, _plan_hub, {"revision": None, "size_mib": 0})
+MODEL_SYNC = Operation("model_sync", _sync_facts, _plan_sync)

@@ -1,0 +1,23 @@
+"""The provisioning operations (driver, engine venvs, model staging, service health) by name."""
+
+from __future__ import annotations
+
+from vllmctl.ops.base import Operation
+from vllmctl.ops.driver import DRIVER_REBOOT, NVIDIA_DRIVER
+from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
+from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
+from vllmctl.ops.service_start import SERVICE_HEALTH
+
+PROVISION_OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        NVIDIA_DRIVER,
+        DRIVER_REBOOT,
+        SYSTEM_PACKAGES,
+        ENGINE_VENV,
+        ENGINE_PRUNE,
+        MODEL_DOWNLOAD,
+        MODEL_SYNC,
+        SERVICE_HEALTH,
+    )
+}

@@ -1,0 +1,77 @@
+"""Service health: after a replica is (re)started, wait on the host for `/health` then `/v1/models`
+listing the model, up to a deadline; on failure print the last journal lines. Recorded per applied hash."""
+
+from __future__ import annotations
+
+from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, Upload, noop, run, sha256_text
+
+STATE_DIR = "/var/lib/vllmctl/state"
+HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
+JOURNAL_LINES = 40
+
+# Runs with the host's python3 (stdlib only) as root, so it can read the API key from the 0600 env file.
+POLL = """\
+import json, subprocess, sys, time, urllib.request
+base, model, deadline, unit, env_file, lines = sys.argv[1:7]
+deadline = float(deadline)
+key = ""
+try:
+    for line in open(env_file, encoding="utf-8"):
+        if line.startswith("VLLM_API_KEY="):
+            key = line.split("=", 1)[1].strip().strip('"')
+except OSError:
+    pass
+headers = {"Authorization": "Bearer " + key} if key else {}
+start, wait, error = time.monotonic(), 0.5, ""
+while True:
+    try:
+        req = urllib.request.Request(base + "/health", headers=headers)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            r.read()
+        req = urllib.request.Request(base + "/v1/models", headers=headers)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            listed = [m.get("id") for m in json.load(r).get("data", [])]
+        if model in listed:
+            print(f"{unit}: ready after {time.monotonic() - start:.0f}s")
+            sys.exit(0)
+        error = f"/v1/models lists {listed}, not {model}"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    elapsed = time.monotonic() - start
+    if elapsed + wait > deadline:
+        break
+    print(f"{unit}: not ready after {elapsed:.0f}s: {error}", flush=True)
+    time.sleep(wait)
+    wait = min(wait * 1.5, 10.0)
+print(f"{unit}: not ready within {deadline:.0f}s: {error}", file=sys.stderr)
+journal = ["journalctl", "-u", unit, "-n", lines, "--no-pager", "-o", "cat"]
+print(subprocess.run(journal, capture_output=True, text=True).stdout, file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def healthy_path(unit: str) -> str:
+    return f"{STATE_DIR}/{unit}.healthy"
+
+
+def _facts(args: Args) -> FactRequests:
+    return {"paths": (healthy_path(str(args["name"])),)}
+
+
+def _plan_health(args: Args, facts: Facts) -> Step:
+    """Polls unless this applied hash passed once; a replica that never got healthy is polled again."""
+    unit, applied = str(args["name"]), str(args["applied"])
+    if not args.get("running", True):
+        return noop("service_health", unit, f"{unit} is kept stopped")
+    record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
+    if record.get("sha256") == sha256_text(applied):
+        return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
+    base = f"http://127.0.0.1:{int(args['port'])}"
+    deadline = f"{float(args['deadline_s']):g}"
+    model, env_file = str(args["model"]), str(args["env_file"])
+    poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
+    helper = (run("install", "-d", "-m", "0755", HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
+    return Step("service_health", unit, (*helper, poll, Upload(healthy_path(unit), applied)))
+
+
+SERVICE_HEALTH = Operation("service_health", _facts, _plan_health, {"running": True, "deadline_s": 300.0})

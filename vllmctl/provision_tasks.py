@@ -1,0 +1,131 @@
+"""Desired state for provisioning, pure: the driver, engine venvs, model staging and health tasks a playbook
+names, expanded for one host into operation calls (registered in `vllmctl.desired.TASKS`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vllmctl import desired
+from vllmctl.desired import HostContext, OpCall, Params, env_path, unit_name, venv_path
+from vllmctl.health import startup_deadline_s
+from vllmctl.inventory.model import EngineSpec, ModelDeployment
+from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
+
+WHEELHOUSE_DIR = "/var/lib/vllmctl/wheelhouse"
+
+
+def local_files(ctx: HostContext, source: str) -> Sequence[Mapping[str, Any]] | None:
+    return ctx.local_files.get(source)
+
+
+def _engines(ctx: HostContext, params: Params) -> list[EngineSpec]:
+    """The engines this host's models use, each once, and the host's own with `host_engine: true`."""
+    found: dict[tuple[str, str], EngineSpec] = {}
+    wanted = [ctx.engine(m) for m in ctx.models()]
+    for engine in [*wanted, ctx.host.engine] if params.get("host_engine") else wanted:
+        found.setdefault((engine.name, engine.version), engine)
+    return list(found.values())
+
+
+def pinned_branch(ctx: HostContext) -> str | None:
+    branch = ctx.host.driver.branch
+    return None if branch is None else str(branch)
+
+
+def _driver_install(ctx: HostContext, params: Params) -> list[OpCall]:
+    flavor = str(ctx.host.vars.get("driver_flavor", ""))
+    return [OpCall("nvidia_driver", {"branch": pinned_branch(ctx), "flavor": flavor})]
+
+
+def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
+    args = {"branch": pinned_branch(ctx), "reboot": ctx.host.driver.reboot}
+    return [OpCall("driver_reboot", {**args, "flavor": str(ctx.host.vars.get("driver_flavor", ""))})]
+
+
+def wheelhouse_dest(engine: EngineSpec) -> str:
+    return f"{WHEELHOUSE_DIR}/{engine.name}-{engine.version}"
+
+
+def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
+    """One venv per engine version; a controller wheelhouse (host var `engine_wheelhouse`) is pushed first."""
+    calls: list[OpCall] = []
+    local_wheelhouse = ctx.host.vars.get("engine_wheelhouse")
+    engines = _engines(ctx, params)
+    if not engines:
+        return []
+    for engine in engines:
+        args: dict[str, Any] = {
+            "engine": engine.name,
+            "version": engine.version,
+            "package": engine.distribution,
+            "extras": "[all]" if engine.name == "sglang" and engine.package is None else "",
+            "index_url": engine.index_url,
+            "driver_branch": pinned_branch(ctx),
+            "remove": list(CPU_VARIANT_REMOVALS) if engine.distribution.endswith("-cpu") else [],
+        }
+        if engine.distribution.endswith("-cpu"):
+            why = f"{engine.distribution} {engine.version}"
+            calls.append(OpCall("system_packages", {"names": list(CPU_VARIANT_DEBS), "why": why}))
+        if local_wheelhouse:
+            dest = wheelhouse_dest(engine)
+            calls.append(
+                OpCall("model_sync", {"dest": dest, "files": local_files(ctx, str(local_wheelhouse))})
+            )
+            args["wheelhouse"] = dest
+        calls.append(OpCall("engine_venv", args))
+    in_use = sorted(f"{e.name}-{e.version}" for e in engines)
+    keep = max(e.keep_venvs for e in engines)
+    return [*calls, OpCall("engine_prune", {"keep": max(keep, len(in_use)), "in_use": in_use})]
+
+
+def weights_mib(ctx: HostContext, model: ModelDeployment) -> float:
+    files = local_files(ctx, model.source) if model.source.startswith("/") else None
+    return sum(int(f["size"]) for f in files or ()) / 2**20
+
+
+def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
+    """Local sources are mirrored at the same path on the host, so the unit's `--model` is the same."""
+    calls: list[OpCall] = []
+    for model in ctx.models():
+        if model.source.startswith("/"):
+            files = local_files(ctx, model.source)
+            calls.append(OpCall("model_sync", {"dest": model.source, "files": files}))
+        else:
+            args = {
+                "model": model.name,
+                "repo": model.source,
+                "revision": model.revision,
+                "venv": venv_path(ctx.engine(model)),
+                "env_file": env_path(model.name),
+                "size_mib": float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0)),
+            }
+            calls.append(OpCall("model_download", args))
+    return calls
+
+
+def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
+    calls = []
+    for model in ctx.models():
+        deadline = float(params.get("deadline_s") or startup_deadline_s(weights_mib(ctx, model) / 1024))
+        for replica in ctx.plan(model).replicas:
+            args = {
+                "name": unit_name(model.name, replica.index),
+                "applied": desired.applied_hash(ctx, model, replica),
+                "port": replica.port,
+                "model": model.name,
+                "env_file": env_path(model.name),
+                "deadline_s": deadline,
+            }
+            calls.append(OpCall("service_health", args))
+    return calls
+
+
+PROVISION_TASKS = {
+    "driver_install": _driver_install,
+    "driver_reboot": _driver_reboot,
+    "engine_install": _engine_install,
+    "model_staging": _model_staging,
+    "health_check": _health_check,
+}
+desired.TASKS.update(PROVISION_TASKS)
