@@ -74,7 +74,7 @@ def test_internal_error_becomes_a_message_and_a_log(
 
     monkeypatch.setenv("VLLMCTL_LOG_DIR", str(tmp_path))
     monkeypatch.setattr(cli, "build_parser", build_with_broken_command)
-    assert cli.main(["history"]) == 1
+    assert cli.main(["history", "inventory.yml"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "unexpected internal error: RuntimeError: kaboom" in err

@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from vllmctl.console import Ui
+from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
-from vllmctl.playbooks import load_playbook
+from vllmctl.inventory.model import Inventory
+from vllmctl.playbooks import Playbook, load_playbook
+from vllmctl.release_gate import GateOptions, gate_host
+from vllmctl.releases import inventory_digest
 from vllmctl.runner import RunOptions, run_playbook
+from vllmctl.runner.execute import AfterHost
 from vllmctl.runner.fleet import (
     append_local_audit,
     host_contexts,
@@ -21,6 +29,7 @@ from vllmctl.runner.fleet import (
     select_hosts,
     ssh_remote,
 )
+from vllmctl.runner.remote import Remote
 from vllmctl.runner.view import Progress, show_failures, show_plan, show_recap
 
 
@@ -38,10 +47,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--max-fail-percentage", type=float, help="stop later batches past this failure rate")
     parser.add_argument("--command-timeout", type=float, default=600.0, help="seconds per remote command")
     parser.add_argument("--host-timeout", type=float, default=3600.0, help="seconds per host for the run")
+    parser.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="skip releases and the health/smoke-benchmark gate (no rollback)",
+    )
+    parser.add_argument(
+        "--keep-releases", type=int, help="releases kept per host (default: the inventory's releases.keep)"
+    )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON to stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="also list steps that were no-ops")
     parser.set_defaults(func=run)
+
+
+def gates(playbook: Playbook) -> bool:
+    """Only a playbook that starts the model services makes releases."""
+    return any(task.task == "model_services" for phase in playbook.phases for task in phase.tasks)
+
+
+def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -> AfterHost:
+    opts = GateOptions(
+        owner=lock_owner(started),
+        created_at=started,
+        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
+        keep=args.keep_releases or inventory.releases.keep,
+        command_timeout_s=min(args.command_timeout, 120.0),
+    )
+
+    def after_host(
+        ctx: HostContext, remote: Remote, lock: Callable[[], None], failure: str
+    ) -> dict[str, Any]:
+        return gate_host(ctx, remote, lock, opts, failure).to_json()
+
+    return after_host
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
@@ -60,6 +99,9 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         diff=args.diff,
         break_lock=args.break_lock,
         lock_owner=lock_owner(started),
+        after_host=None
+        if args.check or args.no_gate or not gates(playbook)
+        else release_hook(args, inventory, started),
     )
     with Progress(ui, hosts) as progress:
         result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)

@@ -7,10 +7,7 @@ import argparse
 from vllmctl.console import Ui
 from vllmctl.errors import NotBuiltError
 
-PENDING: dict[str, tuple[str, str]] = {
-    "rollback": ("re-activate a known-good release", "issue #7"),
-    "history": ("list releases per host", "issue #7"),
-}
+PENDING: dict[str, tuple[str, str]] = {}
 
 
 def _register_one(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:

@@ -12,7 +12,16 @@ from vllmctl.errors import Problem
 from vllmctl.inventory.schema import schema_problems
 from vllmctl.inventory.source import FieldPath, SourceDoc, VaultValue
 
-NATIVE_TOP_KEYS = {"vllmctl", "hosts", "groups", "models", "defaults", "secrets", "ansible_inventory"}
+NATIVE_TOP_KEYS = {
+    "vllmctl",
+    "hosts",
+    "groups",
+    "models",
+    "defaults",
+    "secrets",
+    "releases",
+    "ansible_inventory",
+}
 SKIPPED_GROUPS = {"all", "ungrouped"}  # implicit in Ansible; vllmctl groups are always explicit
 ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 USER_VARS = ("ansible_user", "ansible_ssh_user")

@@ -108,6 +108,7 @@ SECTIONS = [
     ("`models.NAME.sampling`", "#/$defs/sampling"),
     ("`models.NAME.multimodal`", "#/$defs/multimodal"),
     ("`secrets.NAME`", "#/$defs/secret"),
+    ("`releases`", "#/$defs/releases"),
 ]
 ANCHORS = {ref: title for title, ref in SECTIONS if ref}
 

@@ -18,6 +18,7 @@ from vllmctl.inventory.model import (
     Host,
     Inventory,
     ModelDeployment,
+    ReleaseSettings,
     SecretRef,
     SshSettings,
 )
@@ -120,6 +121,7 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
         groups=dict(resolved.groups),
         models=models,
         secrets=secrets,
+        releases=ReleaseSettings(keep=int(mapping(data.get("releases")).get("keep", ReleaseSettings.keep))),
     )
 
 

@@ -93,12 +93,20 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class ReleaseSettings:
+    """How many releases each host keeps (the current and known-good ones are kept regardless)."""
+
+    keep: int = 5
+
+
+@dataclass(frozen=True)
 class Inventory:
     path: str
     hosts: dict[str, Host]
     groups: dict[str, tuple[str, ...]]
     models: dict[str, ModelDeployment]
     secrets: dict[str, SecretRef] = field(default_factory=dict)
+    releases: ReleaseSettings = field(default_factory=ReleaseSettings)
 
     def hosts_for(self, selector: str) -> tuple[str, ...]:
         """Host names for a host or group name; unknown names give an empty tuple."""

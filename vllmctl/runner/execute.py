@@ -19,7 +19,10 @@ from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
 
+AfterHost = Callable[[HostContext, Remote, Callable[[], None], str], dict[str, Any]]
+
 TAIL = 1500
+GATED_PHASE = "services"  # a failure here (the service did not come up) is rolled back by the gate
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class RunOptions:
     diff: bool = False
     break_lock: bool = False
     lock_owner: str = "vllmctl"
+    # After a host converged, or failed in its services phase: record, gate, keep or roll back its release
+    # (release_gate.gate_host). Gets `lock()` (takes the host lock if the converge did not) and the services
+    # failure ("" if none); returns the outcome's JSON, whose "ok" decides the host's status.
+    after_host: AfterHost | None = None
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening
@@ -55,6 +62,7 @@ class _HostRun:
         self.ctx, self.remote, self.playbook, self.opts, self.clock = ctx, remote, playbook, opts, clock
         self.result = HostResult(ctx.host.name)
         self.deadline = clock() + opts.host_timeout_s
+        self.locked = False
 
     def timeout(self) -> float:
         left = self.deadline - self.clock()
@@ -69,7 +77,6 @@ class _HostRun:
         """A no-op run takes no lock and writes nothing; a changing run locks, then plans from facts read
         again under the lock, so a concurrent apply between the two reads cannot be overwritten blindly."""
         started = self.clock()
-        locked = False
         try:
             # desired state does not depend on facts: expand each phase once, for the requests and the plan
             calls = [(phase, phase_calls(phase, self.ctx)) for phase in self.playbook.phases]
@@ -78,11 +85,11 @@ class _HostRun:
             lock_now = self.opts.break_lock and not self.opts.check
             owner = self.opts.lock_owner if lock_now else None
             facts = self.remote.begin(requests, owner, self.opts.break_lock, self.timeout())
-            locked = lock_now
-            if not self.opts.check and not locked and _has_changes(calls, facts):
+            self.locked = lock_now
+            if not self.opts.check and not self.locked and _has_changes(calls, facts):
                 emit(self.ctx.host.name, "facts", "locking and gathering facts again")
                 facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
-                locked = True
+                self.locked = True
             for phase, phase_list in calls:
                 emit(self.ctx.host.name, phase.name, "planning")
                 steps = plan_calls(phase_list, facts)
@@ -92,15 +99,34 @@ class _HostRun:
                 if phase.regather and changed and not self.opts.check:
                     emit(self.ctx.host.name, phase.name, "gathering facts again")
                     facts = self.remote.gather(requests, self.timeout())
+            failed_in = next((s.phase for s in self.result.steps if s.status == "failed"), "")
+            if self.opts.after_host and not self.opts.check and failed_in in ("", GATED_PHASE):
+                self._gate(emit)
         except TransportError as exc:
             self._fail("unreachable", exc)
         except VllmctlError as exc:
             self._fail("failed", exc)
         finally:
             self.result.elapsed_s = self.clock() - started
-            self._finish(locked)
+            self._finish(self.locked)
         emit(self.ctx.host.name, "done", self.result.status)
         return self.result
+
+    def _lock(self) -> None:
+        if not self.locked:
+            self.remote.begin({}, self.opts.lock_owner, False, self.timeout())
+            self.locked = True
+
+    def _gate(self, emit: Event) -> None:
+        assert self.opts.after_host is not None
+        emit(self.ctx.host.name, "release", "health, smoke benchmark, gate")
+        earlier = self.result.error if self.result.status != "ok" else ""
+        self.result.release = self.opts.after_host(self.ctx, self.remote, self._lock, earlier)
+        if not self.result.release.get("ok", True):
+            release = self.result.release
+            self.result.status = "failed"
+            self.result.error = f"release {release.get('release')}: {release.get('status')}"
+            self.result.hint = "\n".join(release.get("reasons", [])) or "see `vllmctl history`"
 
     def _fail(self, status: str, exc: VllmctlError) -> None:
         self.result.status = "unreachable" if status == "unreachable" else "failed"
@@ -191,10 +217,10 @@ def run_playbook(
         outcomes = _run_batch(batch, playbook, contexts, connect, opts, clock, notify)
         result.hosts.update(outcomes)
         failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
-        if limit is not None and failed and 100.0 * failed / len(batch) > limit:
-            result.aborted = (
-                f"batch {index + 1}: {failed} of {len(batch)} hosts failed (max_fail_percentage {limit:g})"
-            )
+        canary_failed = opts.after_host is not None and index == 0 and failed and len(pending) > 1
+        if canary_failed or (limit is not None and failed and 100.0 * failed / len(batch) > limit):
+            why = "the release gate (canary)" if canary_failed else f"(max_fail_percentage {limit:g})"
+            result.aborted = f"batch {index + 1}: {failed} of {len(batch)} hosts failed {why}"
             for later in pending[index + 1 :]:
                 for name in later:
                     result.hosts[name] = HostResult(name, "skipped", error="skipped: an earlier batch failed")

@@ -42,6 +42,7 @@ class HostResult:
     error: str = ""
     hint: str = ""
     elapsed_s: float = 0.0
+    release: dict[str, Any] = field(default_factory=dict)  # the release gate's outcome, when it ran
 
     def count(self, status: StepStatus) -> int:
         return sum(1 for step in self.steps if step.status == status)
@@ -66,6 +67,7 @@ class HostResult:
             "error": self.error or None,
             "hint": self.hint or None,
             "elapsed_s": round(self.elapsed_s, 3),
+            "release": self.release or None,
             "steps": [step.to_json() for step in self.steps],
         }
 

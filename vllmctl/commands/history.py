@@ -1,0 +1,162 @@
+"""`vllmctl history INVENTORY`: each host's releases, oldest first, with status, pointers and gate figures.
+
+Also owns the read-only survey (one command per host, no lock) that `rollback` plans from."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from vllmctl.console import Ui
+from vllmctl.desired import HostContext
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.inventory import load_inventory
+from vllmctl.release_gate import read_releases
+from vllmctl.releases import HostReleases, recovery_needed
+from vllmctl.runner.fleet import host_contexts, select_hosts, ssh_remote
+from vllmctl.runner.remote import Remote
+
+RemoteFor = Callable[[HostContext], Remote]
+
+
+@dataclass(frozen=True)
+class Survey:
+    host: str
+    state: HostReleases | None = None
+    error: str = ""
+    hint: str = ""
+
+
+def survey(
+    contexts: Mapping[str, HostContext], remote_for: RemoteFor, timeout_s: float, forks: int
+) -> list[Survey]:
+    """Every host's releases in inventory order; an unreachable host is a Survey with its error."""
+
+    def one(name: str) -> Survey:
+        try:
+            remote = remote_for(contexts[name])
+        except VllmctlError as exc:
+            return Survey(name, error=exc.message, hint=exc.hint)
+        try:
+            return Survey(name, read_releases(remote, name, timeout_s))
+        except VllmctlError as exc:
+            return Survey(name, error=exc.message, hint=exc.hint)
+        finally:
+            remote.close()
+
+    hosts = list(contexts)
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
+        return list(pool.map(one, hosts))
+
+
+def history_rows(host: str, state: HostReleases) -> list[dict[str, Any]]:
+    """Oldest first, one row per release: status, pointers, engine, and the gate's reasons and figures."""
+    rows = []
+    for release in state.releases:
+        manifest, verdict = release.manifest, release.verdict or {}
+        marks = [
+            p
+            for p, target in (("current", state.current), ("known-good", state.known_good))
+            if target == release.id
+        ]
+        rows.append(
+            {
+                "host": host,
+                "id": release.id,
+                "status": release.status,
+                "pointers": marks,
+                "created_at": manifest.created_at if manifest else None,
+                "created_by": manifest.created_by if manifest else None,
+                "engine": f"{manifest.engine} {manifest.engine_version}" if manifest else None,
+                "reasons": list(verdict.get("reasons", [])),
+                "figures": dict(verdict.get("figures", {})),
+            }
+        )
+    return rows
+
+
+def _figures_text(figures: Mapping[str, Any]) -> str:
+    parts = []
+    for model, measured in figures.items():
+        levels = [
+            f"{k}: ttft p99 {v['ttft_p99_ms']:.0f} ms" for k, v in measured.items() if k.startswith("c")
+        ]
+        parts.append(
+            f"{model} health {measured.get('health_s', '?')}s" + (f", {', '.join(levels)}" if levels else "")
+        )
+    return "; ".join(parts)
+
+
+def history_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="releases (oldest first)")
+    for column in ("host", "release", "status", "pointers", "created", "by", "engine", "figures / reasons"):
+        table.add_column(column)
+    for row in rows:
+        detail = _figures_text(row["figures"])
+        if row["reasons"]:
+            detail = "; ".join([*row["reasons"], detail] if detail else row["reasons"])
+        table.add_row(
+            row["host"],
+            row["id"],
+            row["status"],
+            ", ".join(row["pointers"]) or "-",
+            row["created_at"] or "-",
+            row["created_by"] or "-",
+            row["engine"] or "-",
+            detail or "-",
+        )
+    return table
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("history", help="list releases per host with status and gate figures")
+    parser.add_argument("inventory", help="inventory file")
+    parser.add_argument("--host", help="one host (or a comma list of hosts or groups)")
+    parser.add_argument("--forks", type=int, default=16, help="hosts read at once (default 16)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host")
+    parser.add_argument("--json", action="store_true", help="print releases as JSON to stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, ui: Ui, remote_for: RemoteFor = ssh_remote) -> int:
+    inventory = load_inventory(args.inventory)
+    contexts = host_contexts(inventory, select_hosts(inventory, args.host), {})
+    found = survey(contexts, remote_for, args.timeout, args.forks)
+    rows = [row for s in found if s.state is not None for row in history_rows(s.host, s.state)]
+    failed = [s for s in found if s.error]
+    if args.json:
+        ui.json(
+            {
+                "hosts": {
+                    s.host: {"error": s.error, "hint": s.hint}
+                    if s.error
+                    else {
+                        "current": s.state.current if s.state else None,
+                        "known_good": s.state.known_good if s.state else None,
+                        "recovery": dict(zip(("action", "reason"), recovery_needed(s.state), strict=True))
+                        if s.state
+                        else None,
+                        "releases": [r for r in rows if r["host"] == s.host],
+                    }
+                    for s in found
+                }
+            }
+        )
+    elif rows:
+        ui.table(history_table(rows))
+    else:
+        ui.info("no releases on the selected hosts yet")
+    for s in found:
+        action, reason = recovery_needed(s.state) if s.state else ("none", "")
+        if action != "none" and not args.json:
+            ui.warn(
+                f"{s.host}: {reason}; the next apply will {'gate it' if action == 'gate' else 'roll back'}"
+            )
+    for s in failed:
+        ui.error(f"{s.error}\n  hint: {s.hint}")
+    return EXIT_FAILURE if failed else EXIT_OK

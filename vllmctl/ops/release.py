@@ -1,0 +1,93 @@
+"""Release steps, pure: write a release (manifest, units, then the `complete` marker), activate one
+(stop → units from the release dir → start, then switch `current`), record the gate's verdict, prune."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+
+from vllmctl.ops.base import Command, Step, Upload, noop, run
+from vllmctl.ops.system import applied_path
+from vllmctl.releases import COMPLETE, MANIFEST, VERDICT, HostReleases, Manifest, pointer_switch, release_dir
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def unit_copy_path(release: str, unit: str) -> str:
+    return f"{release_dir(release)}/units/{unit}"
+
+
+def create_release(manifest: Manifest, state: HostReleases) -> Step:
+    """Releases are immutable: an existing complete one is never rewritten; a half-made one is redone."""
+    existing = state.get(manifest.id)
+    target = release_dir(manifest.id)
+    if existing is not None and existing.complete:
+        return noop("release", target, f"release {manifest.id} is already on the host")
+    actions: list[Command | Upload] = []
+    if existing is not None:
+        actions.append(run("rm", "-rf", "--", target))
+    actions += [
+        run("install", "-d", "-m", "0755", "-o", "root", "-g", "root", target, f"{target}/units"),
+        Upload(f"{target}/{MANIFEST}", manifest.to_json()),
+        *(
+            Upload(unit_copy_path(manifest.id, name), content)
+            for name, content in sorted(manifest.units.items())
+        ),
+        run("touch", f"{target}/{COMPLETE}"),
+    ]
+    return Step("release", target, tuple(actions))
+
+
+def activate_release(
+    manifest: Manifest, running_units: Iterable[str], installed_units: Iterable[str]
+) -> Step:
+    """Stop → units from the release dir → start: on a GPU the old and new engines cannot share memory.
+
+    Applied hashes are removed so the next apply restarts from what the inventory says, not what was
+    rolled back to; units no longer in the release are disabled and removed.
+    """
+    wanted = sorted(manifest.units)
+    running = sorted(set(running_units))
+    gone = sorted(set(installed_units) - set(wanted))
+    actions: list[Command | Upload] = []
+    if running:
+        actions.append(run("systemctl", "stop", "--", *running))
+    if gone:
+        actions.append(run("systemctl", "disable", "--", *gone))
+        actions.append(run("rm", "-f", "--", *(f"{UNIT_DIR}/{name}" for name in gone)))
+    for name in wanted:
+        actions.append(
+            run("install", "-m", "0644", "-o", "root", "-g", "root",
+                unit_copy_path(manifest.id, name), f"{UNIT_DIR}/{name}")
+        )  # fmt: skip
+    actions.append(run("systemctl", "daemon-reload"))
+    if wanted or gone:
+        actions.append(run("rm", "-f", "--", *(applied_path(name) for name in sorted({*wanted, *gone}))))
+    if wanted:
+        actions.append(run("systemctl", "enable", "--", *wanted))
+        actions.append(run("systemctl", "start", "--", *wanted))
+    actions.append(Command(shell=pointer_switch("current", manifest.id)))
+    return Step("release_activate", release_dir(manifest.id), tuple(actions))
+
+
+def record_verdict(release: str, verdict: Mapping[str, object]) -> Step:
+    """The verdict is written once; a passing one also moves `known-good` to this release."""
+    actions: list[Command | Upload] = [
+        Upload(f"{release_dir(release)}/{VERDICT}", json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+    ]
+    if verdict.get("passed"):
+        actions.append(Command(shell=pointer_switch("known-good", release)))
+    return Step("release_verdict", release_dir(release), tuple(actions))
+
+
+def prune_releases(release_ids: Iterable[str]) -> Step:
+    ids = sorted(release_ids)
+    if not ids:
+        return noop("release_prune", "releases", "no release to prune")
+    return Step("release_prune", "releases", (run("rm", "-rf", "--", *(release_dir(i) for i in ids)),))
+
+
+def journal_tail_command(units: Iterable[str], lines: int = 40) -> Command:
+    flags = " ".join(f"-u {shlex.quote(u)}" for u in sorted(units))
+    return Command(shell=f"journalctl {flags} -n {lines} --no-pager -o short-iso 2>&1; true")
