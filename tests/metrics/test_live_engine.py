@@ -1,4 +1,4 @@
-"""Real vLLM (CPU build) with a 768-token KV cache and two sequences: a burst must queue, the metrics and
+"""Real vLLM (CPU build) with a 1536-token KV cache and two sequences: a burst must queue, the metrics and
 startup log must read as such, and the advice must name the limit. Loopback only; always stopped."""
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 PORTS = range(18200, 18300)  # this machine's share for metrics work; other servers use other ports
 READY_DEADLINE_S = 240.0
-SMALL_KV = ["--block-size", "32", "--num-gpu-blocks-override", "24", "--max-model-len", "512"]
+SMALL_KV = ["--block-size", "32", "--num-gpu-blocks-override", "48", "--max-model-len", "1024"]
 MAX_NUM_SEQS = 2
-REQUESTS, MAX_TOKENS = 12, 400
+# Long requests: on a loaded machine the API server hands requests to the engine slowly, and short ones
+# finish before the next arrives, so no queue would ever be seen.
+REQUESTS, MAX_TOKENS = 24, 960
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +42,13 @@ def _scrape(base_url: str) -> EngineMetrics:
 
 def test_startup_log_reports_the_small_cache(server: tuple[str, str, Path]) -> None:
     kv = parse_startup_log(server[2].read_text(errors="replace"))
-    assert (kv.kv_tokens, kv.max_concurrency, kv.concurrency_context) == (768, 1.5, 512)
+    assert (kv.kv_tokens, kv.max_concurrency, kv.concurrency_context) == (1536, 1.5, 1024)
 
 
 def test_a_burst_queues_and_the_advice_names_the_limit(server: tuple[str, str, Path]) -> None:
     base_url, model, _ = server
     before, started = _scrape(base_url), time.monotonic()
-    assert before.kv_capacity_tokens == 768
+    assert before.kv_capacity_tokens == 1536
     payload = {"model": model, "prompt": "Tell the planner about the fleet", "max_tokens": MAX_TOKENS}
     payload |= {"ignore_eos": True, "temperature": 0}
 
@@ -80,5 +82,5 @@ def test_a_burst_queues_and_the_advice_names_the_limit(server: tuple[str, str, P
     ) == REQUESTS * MAX_TOKENS
     between = rates(before, after, dt_s)
     advice = advise("vllm", {"max_num_seqs": MAX_NUM_SEQS}, during, between)
-    # Two sequences on 768 tokens: either they preempt each other or the cap of two holds the queue.
+    # Two sequences on 1536 tokens: either they preempt each other or the cap of two holds the queue.
     assert [a.code for a in advice] in (["frequent-preemption"], ["max-num-seqs-too-low"], ["kv-cache-full"])

