@@ -1,4 +1,4 @@
-"""apply renders the planner's decisions: engine flags, data-parallel replicas pinned to GPUs, distinct ports."""
+"""apply renders the planner's decisions: engine flags, GPU-pinned data-parallel replicas, distinct ports."""
 
 from __future__ import annotations
 

