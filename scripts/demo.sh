@@ -8,11 +8,10 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 export DEBIAN_FRONTEND=noninteractive
-if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends \
-    debootstrap systemd-container openssh-client iproute2 dpkg-dev apt-utils ca-certificates >/dev/null
-fi
+# The lab's apt repository is filled from this machine's package lists, so refresh them every time.
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+  debootstrap systemd-container openssh-client iproute2 dpkg-dev apt-utils ca-certificates >/dev/null
 python3 -m pip install -q -e '.[dev,lab,hub]'
 
 inventory=inventories/lab-demo.yml
@@ -22,8 +21,10 @@ vllmctl lab list --json | python3 -c 'import json,sys; sys.exit(0 if any(f["name
 vllmctl lab check --name demo
 vllmctl validate "$inventory"
 vllmctl facts "$inventory"
-vllmctl plan "$inventory"
-vllmctl apply "$inventory" --yes
+vllmctl apply "$inventory" --yes        # driver, engine venv, model, units, start, health, smoke-bench gate
+vllmctl apply "$inventory" --check      # a second run has nothing left to do
+vllmctl status "$inventory"
+vllmctl bench "$inventory" --concurrency 1,4 --requests 16
 echo
-echo "The demo fleet is still up: try 'vllmctl facts $inventory' or 'vllmctl apply $inventory --check --diff'."
+echo "The demo fleet is still up: try 'vllmctl history $inventory' or 'vllmctl status $inventory --watch'."
 echo "Tear it down with: make demo-down"

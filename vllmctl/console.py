@@ -13,16 +13,22 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
+# Piped output is read by scripts and logs, not a terminal: wide enough that tables keep whole values.
+PIPED_WIDTH = 200
+
 
 def _make(stream: TextIO) -> Console:
     no_color = bool(os.environ.get("NO_COLOR"))
+    tty = stream.isatty()
+    width = None if tty or os.environ.get("COLUMNS") else PIPED_WIDTH
     return Console(
         file=stream,
         markup=False,
         highlight=False,
         emoji=False,
         no_color=no_color,
-        soft_wrap=not stream.isatty(),
+        soft_wrap=not tty,
+        width=width,
     )
 
 

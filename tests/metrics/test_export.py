@@ -53,6 +53,15 @@ EXPECTED = [
 ]
 
 
+# The CLI exports what apply deploys: the planner puts an 8B model on each of two H100s as two replicas,
+# and SGLang runs its data-parallel workers behind one port.
+CLI_EXPECTED = [
+    {**EXPECTED[0], "targets": ["10.0.0.11:8000", "10.0.0.11:8001"]},
+    {**EXPECTED[1], "targets": ["[fd00::12]:8000", "[fd00::12]:8001"]},
+    EXPECTED[2],
+]
+
+
 @pytest.fixture
 def inventory_file(tmp_path: Path) -> Path:
     path = tmp_path / "fleet.yml"
@@ -73,7 +82,7 @@ def test_data_parallel_replicas_are_listed_at_port_plus_i(inventory_file: Path) 
 
 def test_cli_prints_the_json(inventory_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["export", "prometheus", str(inventory_file)]) == 0
-    assert json.loads(capsys.readouterr().out) == EXPECTED
+    assert json.loads(capsys.readouterr().out) == CLI_EXPECTED
 
 
 def test_cli_writes_the_file_and_says_so(
@@ -83,11 +92,11 @@ def test_cli_writes_the_file_and_says_so(
     target.parent.mkdir()
     target.write_text("[]")  # replaced, not appended to
     assert cli.main(["export", "prometheus", str(inventory_file), "--output", str(target)]) == 0
-    assert json.loads(target.read_text()) == EXPECTED
+    assert json.loads(target.read_text()) == CLI_EXPECTED
     assert [p.name for p in target.parent.iterdir()] == ["vllmctl.json"]  # no temporary left behind
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert f"wrote 3 targets in 3 groups to {target}" in captured.err
+    assert f"wrote 5 targets in 3 groups to {target}" in captured.err
 
 
 def test_scrape_config_points_at_the_file(inventory_file: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,9 +87,9 @@ def _spec(args: argparse.Namespace) -> LoadSpec:
 
 def _replica_counts(inv: Inventory) -> dict[tuple[str, str], int]:
     """Data-parallel replicas per (host, model) as the offline planner sees them; 1 where it cannot plan."""
-    from vllmctl.runner.fleet import fleet_plan
+    from vllmctl.runner.fleet import served_plan
 
-    return fleet_plan(inv).replica_counts()
+    return served_plan(inv).replica_counts()
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[Endpoint], dict[str, dict[str, float]]]:

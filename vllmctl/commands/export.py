@@ -19,6 +19,7 @@ from vllmctl.desired import HostContext, ModelPlan
 from vllmctl.errors import EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.runner.fleet import model_plans, served_plan
 
 JOB = "vllmctl"
 DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         else:
             ui.data(snippet.rstrip("\n"))
         return EXIT_OK
-    groups = service_discovery(inventory)
+    groups = service_discovery(inventory, model_plans(served_plan(inventory)))
     if args.output:
         _write_atomically(Path(args.output), json.dumps(groups, indent=2, sort_keys=True) + "\n")
         targets = sum(len(group["targets"]) for group in groups)

@@ -25,7 +25,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.metrics import EngineMetrics, parse_metrics, rates
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.runner.fleet import fleet_plan, gather_fleet_facts, host_contexts, select_hosts
+from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts, served_plan
 from vllmctl.status_view import ModelStatus, findings, status_json, status_table
 
 HTTP_TIMEOUT_S = 5.0
@@ -140,7 +140,7 @@ def _gather(
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inv = load_inventory(args.inventory)
     hosts = select_hosts(inv, args.limit)
-    plan = fleet_plan(inv)
+    plan = served_plan(inv)
     if args.watch and not args.json:
         with Live(status_table([]), console=ui.out, auto_refresh=False) as live:
             while True:

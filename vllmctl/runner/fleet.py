@@ -148,6 +148,14 @@ def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
     return engine.distribution.endswith("-cpu")
 
 
+def served_plan(
+    inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
+) -> InventoryPlan:
+    """The plan of what apply deploys: a CPU-engine deployment has no GPU plan (one replica, as given)."""
+    plan = fleet_plan(inv, gpu_facts, online)
+    return InventoryPlan(tuple(e for e in plan.entries if not runs_on_cpu(inv, e.host, e.model)))
+
+
 def deployment_plans(
     inv: Inventory, hosts: list[str], gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = True
 ) -> dict[str, dict[str, ModelPlan]]:
@@ -155,14 +163,18 @@ def deployment_plans(
 
     Raises PlanError before any host is touched when a GPU deployment has no plan that fits.
     """
-    plan = fleet_plan(inv, gpu_facts, online)
-    wanted = [e for e in plan.entries if e.host in hosts and not runs_on_cpu(inv, e.host, e.model)]
-    InventoryPlan(tuple(wanted)).raise_for_failures()
+    wanted = InventoryPlan(tuple(e for e in served_plan(inv, gpu_facts, online).entries if e.host in hosts))
+    wanted.raise_for_failures()
+    return model_plans(wanted)
+
+
+def model_plans(plan: InventoryPlan) -> dict[str, dict[str, ModelPlan]]:
+    """host -> model -> the engine args and replicas units are rendered from, for entries with a plan."""
     plans: dict[str, dict[str, ModelPlan]] = {}
-    for entry in wanted:
-        assert entry.plan is not None  # raise_for_failures guarantees it
-        replicas = tuple(Replica(r.index, r.port, r.gpu_indices) for r in entry.plan.replicas)
-        plans.setdefault(entry.host, {})[entry.model] = ModelPlan(dict(entry.plan.engine_args), replicas)
+    for entry in plan.entries:
+        if entry.plan is not None:
+            replicas = tuple(Replica(r.index, r.port, r.gpu_indices) for r in entry.plan.replicas)
+            plans.setdefault(entry.host, {})[entry.model] = ModelPlan(dict(entry.plan.engine_args), replicas)
     return plans
 
 
