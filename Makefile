@@ -1,8 +1,10 @@
 # vllmctl: the two commands a new machine needs are `make demo` and `make test`.
 PYTHON ?= python3
 PYTEST_ARGS ?=
+# Molecule and Ansible live in their own venv, never in vllmctl's environment; made on first use.
+MOLECULE_VENV ?= /var/cache/vllmctl/molecule-venv
 
-.PHONY: install lint typecheck unit test demo demo-down bench clean
+.PHONY: install lint typecheck unit test molecule demo demo-down bench clean
 
 install:
 	$(PYTHON) -m pip install -q -e '.[dev,lab,hub]'
@@ -18,9 +20,16 @@ typecheck:
 unit:
 	$(PYTHON) -m pytest -q -m "not lab and not engine" $(PYTEST_ARGS)
 
-# The whole suite: lint, types, unit tests, then the lab and real-engine tests (skipped with a reason when not root).
+# The whole suite: lint, types, unit tests, the lab and real-engine tests (skipped with a reason when not root),
+# then, as root, the Molecule scenario (create, converge, idempotence, verify, destroy on lab hosts).
 test: lint typecheck
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	if [ "$$(id -u)" = 0 ]; then $(MAKE) molecule; else echo "molecule: skipped (needs root)"; fi
+
+molecule:
+	test -x $(MOLECULE_VENV)/bin/molecule || { $(PYTHON) -m venv $(MOLECULE_VENV) && \
+	  $(MOLECULE_VENV)/bin/pip install -q -r molecule/requirements.txt; }
+	PATH=$(MOLECULE_VENV)/bin:$$PATH VLLMCTL=$$(command -v vllmctl) molecule test
 
 demo:
 	bash scripts/demo.sh
