@@ -70,3 +70,12 @@ def test_gate_runs_under_the_lock_and_a_failed_canary_stops_the_rollout(tmp_path
     assert b.status == "skipped" and "batch 1" in second.aborted
     assert read_releases(good["remotes"]["a"], "a", 10).current == first.hosts["a"].release["release"]
     assert "--bogus" not in good["remotes"]["b"].local("/etc/systemd/system/vllmctl-m-0.service").read_text()
+
+
+def test_only_playbooks_that_start_services_are_gated() -> None:
+    from vllmctl.commands.apply import gates
+    from vllmctl.playbooks import load_playbook
+
+    assert gates(load_playbook("site"))
+    assert not gates(load_playbook("units"))  # writes units with start: false; nothing would become healthy
+    assert not gates(load_playbook("drivers"))

@@ -74,7 +74,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def gates(playbook: Playbook) -> bool:
     """Only a playbook that starts the model services makes releases."""
-    return any(task.task == "model_services" for phase in playbook.phases for task in phase.tasks)
+    return any(
+        task.task == "model_services" and task.params.get("start", True) is not False
+        for phase in playbook.phases
+        for task in phase.tasks
+    )
 
 
 def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -> AfterHost:
