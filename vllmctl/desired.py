@@ -204,9 +204,7 @@ TASKS: dict[str, Task] = {
     "model_services": _model_services,
 }
 
-PENDING_TASKS: dict[str, str] = {
-    "release_rollback": "issue #7",
-}
+PENDING_TASKS: dict[str, str] = {}
 
 
 def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:

@@ -41,6 +41,10 @@ class Playbook:
     max_fail_percentage: float | None = None
 
 
+# Names people reach for as playbooks that are commands (rollback needs the host's release history).
+COMMANDS_NOT_PLAYBOOKS = {"rollback": "it re-activates a known-good release; see `vllmctl rollback --help`"}
+
+
 def playbooks_dir() -> Path:
     """The packaged copy when installed from a wheel, else the repository's playbooks/ next to the package."""
     packaged = Path(__file__).resolve().parent / "_shipped" / "playbooks"
@@ -56,6 +60,10 @@ def resolve(name_or_path: str) -> Path:
     if shipped.is_file():
         return shipped
     names = ", ".join(sorted(p.stem for p in playbooks_dir().glob("*.yml")))
+    stem = Path(name_or_path).name.removesuffix(".yml")
+    if stem in COMMANDS_NOT_PLAYBOOKS:
+        message = f"no playbook named {stem}; use `vllmctl {stem}`"
+        raise InvalidInputError([Problem(Location(name_or_path), message, COMMANDS_NOT_PLAYBOOKS[stem])])
     raise InvalidInputError(
         [Problem(Location(name_or_path), "no such playbook", f"give a file or one of: {names}")]
     )

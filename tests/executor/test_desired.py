@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from executor_builders import inventory, model
 
-from vllmctl.desired import HostContext, ModelPlan, Replica, expand, render_unit
+from vllmctl.desired import PENDING_TASKS, HostContext, ModelPlan, Replica, expand, render_unit
 from vllmctl.errors import InvalidInputError, VllmctlError
 from vllmctl.inventory.model import EngineSpec
 from vllmctl.playbooks import load_playbook, parse_playbook
@@ -66,11 +66,18 @@ def test_units_playbook_plans_everything_on_a_fresh_host_from_one_fact_request()
     assert service.op == "service" and not service.changed and "start: false" in (service.noop or "")
 
 
-@pytest.mark.parametrize("name", ["rollback"])
-def test_playbooks_with_unbuilt_tasks_fail_at_load_time(name: str) -> None:
+def test_playbooks_with_unbuilt_tasks_fail_at_load_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PENDING_TASKS, "future_task", "issue #99")
+    text = "name: x\nphases:\n  - name: base\n    tasks:\n      - task: future_task\n"
     with pytest.raises(InvalidInputError) as caught:
-        load_playbook(name)
-    assert "is not built yet" in caught.value.render()
+        parse_playbook(text, "pb.yml")
+    assert "task future_task is not built yet (issue #99)" in caught.value.render()
+
+
+def test_rollback_is_a_command_not_a_playbook() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        load_playbook("rollback")
+    assert caught.value.render().startswith("rollback: no playbook named rollback; use `vllmctl rollback`")
 
 
 def test_playbook_errors_quote_file_and_line(tmp_path: Path) -> None:

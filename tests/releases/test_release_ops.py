@@ -43,8 +43,11 @@ def test_activate_is_stop_then_units_from_the_release_then_start_then_pointer() 
         "/etc/systemd/system/vllmctl-m-1.service",
         "systemctl daemon-reload",
         "rm -f -- /var/lib/vllmctl/state/vllmctl-m-0.service.applied "
+        "/var/lib/vllmctl/state/vllmctl-m-0.service.healthy "
         "/var/lib/vllmctl/state/vllmctl-m-1.service.applied "
-        "/var/lib/vllmctl/state/vllmctl-old-0.service.applied",
+        "/var/lib/vllmctl/state/vllmctl-m-1.service.healthy "
+        "/var/lib/vllmctl/state/vllmctl-old-0.service.applied "
+        "/var/lib/vllmctl/state/vllmctl-old-0.service.healthy",
         "systemctl enable -- vllmctl-m-0.service vllmctl-m-1.service",
         "systemctl start -- vllmctl-m-0.service vllmctl-m-1.service",
         f"cd {RD} && test -f r1/complete && ln -sfn r1 .current.tmp && mv -T .current.tmp current",

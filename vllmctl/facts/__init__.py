@@ -5,7 +5,16 @@ from __future__ import annotations
 from vllmctl.facts.base import Fact
 from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
 from vllmctl.facts.provision import PROVISION_FACTS
-from vllmctl.facts.state import APPLIED, ENGINE_VENVS, PATHS, RELEASES, UNIT_FILES, UNITS, USERS
+from vllmctl.facts.state import (
+    APPLIED,
+    ENGINE_VENVS,
+    PATHS,
+    RELEASE_VENVS,
+    RELEASES,
+    UNIT_FILES,
+    UNITS,
+    USERS,
+)
 from vllmctl.facts.system import KERNEL, OS_RELEASE, PYTHON, RESOURCES
 
 FACTS: dict[str, Fact] = {
@@ -22,6 +31,7 @@ FACTS: dict[str, Fact] = {
         UNIT_FILES,
         APPLIED,
         RELEASES,
+        RELEASE_VENVS,
         PATHS,
         USERS,
     )

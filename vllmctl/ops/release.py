@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
+from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
 from vllmctl.releases import COMPLETE, MANIFEST, VERDICT, HostReleases, Manifest, pointer_switch, release_dir
 
@@ -63,7 +64,10 @@ def activate_release(
         )  # fmt: skip
     actions.append(run("systemctl", "daemon-reload"))
     if wanted or gone:
-        actions.append(run("rm", "-f", "--", *(applied_path(name) for name in sorted({*wanted, *gone}))))
+        # Both records describe the release being left; gone, the next apply restarts and re-checks health.
+        names = sorted({*wanted, *gone})
+        records = [path for name in names for path in (applied_path(name), healthy_path(name))]
+        actions.append(run("rm", "-f", "--", *records))
     if wanted:
         actions.append(run("systemctl", "enable", "--", *wanted))
         actions.append(run("systemctl", "start", "--", *wanted))
