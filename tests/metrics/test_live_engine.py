@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from vllmctl.advice import advise
 from vllmctl.metrics import EngineMetrics, parse_metrics, parse_startup_log, rates
@@ -40,6 +41,17 @@ def _scrape(base_url: str) -> EngineMetrics:
     return next(iter(parse_metrics(httpx.get(f"{base_url}/metrics", timeout=30).text).values()))
 
 
+def _queue_seconds(base_url: str) -> float:
+    """Seconds all finished requests spent waiting for a slot, as vLLM counts them."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "vllm:request_queue_time_seconds_sum"
+    )
+
+
 def test_startup_log_reports_the_small_cache(server: tuple[str, str, Path]) -> None:
     kv = parse_startup_log(server[2].read_text(errors="replace"))
     assert (kv.kv_tokens, kv.max_concurrency, kv.concurrency_context) == (1536, 1.5, 1024)
@@ -47,7 +59,7 @@ def test_startup_log_reports_the_small_cache(server: tuple[str, str, Path]) -> N
 
 def test_a_burst_queues_and_the_advice_names_the_limit(server: tuple[str, str, Path]) -> None:
     base_url, model, _ = server
-    before, started = _scrape(base_url), time.monotonic()
+    before, started, queued_before = _scrape(base_url), time.monotonic(), _queue_seconds(base_url)
     assert before.kv_capacity_tokens == 1536
     payload = {"model": model, "prompt": "Tell the planner about the fleet", "max_tokens": MAX_TOKENS}
     payload |= {"ignore_eos": True, "temperature": 0}
@@ -73,8 +85,11 @@ def test_a_burst_queues_and_the_advice_names_the_limit(server: tuple[str, str, P
     assert failures == []
 
     seen = [(s.requests_running, s.requests_waiting, s.kv_usage) for s in during]
-    assert max(s.requests_running for s in during) == MAX_NUM_SEQS, seen
-    assert max(s.requests_waiting for s in during) > 0
+    assert all(s.requests_running <= MAX_NUM_SEQS for s in during), seen
+    # A loaded CPU server may answer /metrics only between bursts of work, so a scrape that lands while
+    # requests wait is luck; the engine's own queue-time total is not: 24 long requests through two slots
+    # wait for seconds in all.
+    assert _queue_seconds(base_url) - queued_before > 1.0
     assert after.requests_waiting == 0
     assert (after.requests_succeeded_total or 0) - (before.requests_succeeded_total or 0) == REQUESTS
     assert (after.generation_tokens_total or 0) - (

@@ -37,7 +37,12 @@ def test_first_apply_deploys_and_every_host_answers_completions(deployment: Any)
     for host in deployment.engine_hosts:
         assert first["hosts"][host.name]["status"] == "ok"
         (driver,) = _steps(first, host.name, "nvidia_driver")
-        assert driver["status"] == "ok" and "nvidia-smi reports driver 580" in driver["noop"]
+        if driver["status"] == "changed":
+            # Earlier lab tests on the shared fleet can leave the 580 package installed but not held:
+            # then the pinned driver is only held, never installed again.
+            assert driver["commands"] == ["apt-mark hold nvidia-driver-580"]
+        else:
+            assert driver["status"] == "ok" and "nvidia-smi reports driver 580" in driver["noop"]
         assert [s["status"] for s in _steps(first, host.name, "engine_venv")] == ["changed"]
         assert [s["status"] for s in _steps(first, host.name, "model_sync")] == ["changed"]
         assert [s["status"] for s in _steps(first, host.name, "service_health")] == ["changed"]
