@@ -7,12 +7,13 @@ catalog and local model directories; hub ids outside the catalog are fetched unl
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from rich.table import Table
 
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
@@ -61,13 +62,12 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     return EXIT_OK if all(e.plan for e in entries) else EXIT_FAILURE
 
 
-def _with_arch_failure(entry: HostModelPlan, inv: Inventory, failures: dict[str, str]) -> HostModelPlan:
-    source = inv.models[entry.model].source
-    if entry.plan is None and source in failures:
-        message, _, hint = failures[source].partition("\n  hint: ")
-        return HostModelPlan(
-            entry.host, entry.model, entry.gpu_source, entry.gpu_indices, None, message, hint
-        )
+def _with_arch_failure(
+    entry: HostModelPlan, inv: Inventory, failures: dict[str, VllmctlError]
+) -> HostModelPlan:
+    failure = failures.get(inv.models[entry.model].source)
+    if entry.plan is None and failure is not None:
+        return replace(entry, error=failure.message, hint=failure.hint)
     return entry
 
 

@@ -5,16 +5,15 @@ Built into a temporary directory and renamed into place under a file lock, so tw
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from vllmctl.errors import VllmctlError
+from vllmctl.lab.state import blocking_lock
 
 CACHE_DIR = Path(os.environ.get("VLLMCTL_LAB_CACHE", "/var/cache/vllmctl/lab"))
 SUITE = "bookworm"
@@ -60,15 +59,8 @@ def base_dir() -> Path:
     return CACHE_DIR / f"base-{SUITE}-v{BASE_VERSION}"
 
 
-@contextmanager
-def cache_lock(name: str) -> Iterator[None]:
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / f".{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def cache_lock(name: str) -> AbstractContextManager[None]:
+    return blocking_lock(CACHE_DIR / f".{name}.lock")
 
 
 def _run(argv: list[str], what: str) -> None:

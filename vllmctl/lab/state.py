@@ -9,7 +9,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -86,14 +86,19 @@ def lock(name: str, busy_message: str, busy_hint: str) -> Iterator[None]:
 
 
 @contextmanager
-def wait_lock(name: str) -> Iterator[None]:
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_DIR / f"{name}.lock", "w") as handle:
+def blocking_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path`, waiting for any other holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def wait_lock(name: str) -> AbstractContextManager[None]:
+    return blocking_lock(LOCK_DIR / f"{name}.lock")
 
 
 def process_alive(pid: int | None, needle: str) -> bool:

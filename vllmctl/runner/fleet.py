@@ -102,17 +102,17 @@ def gather_fleet_facts(
         return dict(zip(hosts, pool.map(gather, hosts), strict=True))
 
 
-def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch], dict[str, str]]:
-    """Architectures by model source, and for the ones that cannot be loaded, why."""
+def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch], dict[str, VllmctlError]]:
+    """Architectures by model source, and for the ones that cannot be loaded, the error saying why."""
     archs: dict[str, ModelArch] = {}
-    failures: dict[str, str] = {}
+    failures: dict[str, VllmctlError] = {}
     for model in inv.models.values():
         if model.source in archs or model.source in failures:
             continue
         try:
             archs[model.source] = load_arch(model.source, model.revision, online=online)
         except VllmctlError as exc:
-            failures[model.source] = exc.render()
+            failures[model.source] = exc
     return archs, failures
 
 
