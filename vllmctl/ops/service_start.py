@@ -22,6 +22,26 @@ try:
 except OSError:
     pass
 headers = {"Authorization": "Bearer " + key} if key else {}
+
+
+def unit_state():
+    show = ["systemctl", "show", unit, "-p", "ActiveState", "-p", "SubState", "-p", "NRestarts"]
+    out = subprocess.run(show, capture_output=True, text=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def crashed(first):
+    # an engine that exited is waiting to be restarted, gave up, or restarted since the wait began:
+    # waiting out the deadline would only delay the rollback
+    now = unit_state()
+    if now.get("ActiveState") in ("failed", "inactive") or now.get("SubState") == "auto-restart":
+        return f"the service exited ({now.get('ActiveState')}/{now.get('SubState')})"
+    if now.get("NRestarts", "0") != first.get("NRestarts", "0"):
+        return f"the service exited and was restarted {now.get('NRestarts')} times in all"
+    return ""
+
+
+first = unit_state()
 start, wait, error = time.monotonic(), 0.5, ""
 while True:
     try:
@@ -38,12 +58,16 @@ while True:
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     elapsed = time.monotonic() - start
-    if elapsed + wait > deadline:
+    exited = crashed(first)
+    if exited or elapsed + wait > deadline:
         break
     print(f"{unit}: not ready after {elapsed:.0f}s: {error}", flush=True)
     time.sleep(wait)
     wait = min(wait * 1.5, 10.0)
-print(f"{unit}: not ready within {deadline:.0f}s: {error}", file=sys.stderr)
+if exited:
+    print(f"{unit}: not ready after {elapsed:.0f}s: {exited}; last error: {error}", file=sys.stderr)
+else:
+    print(f"{unit}: not ready within {deadline:.0f}s: {error}", file=sys.stderr)
 journal = ["journalctl", "-u", unit, "-n", lines, "--no-pager", "-o", "cat"]
 print(subprocess.run(journal, capture_output=True, text=True).stdout, file=sys.stderr)
 sys.exit(1)
