@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from vllmctl.bench import LoadSpec, benchmark_endpoint
@@ -14,9 +14,9 @@ from vllmctl.bench.client import completion_payload, stream_completion
 
 def _one(base_url: str, model: str, tokens: int, clock: Any) -> Any:
     async def go() -> Any:
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with aiohttp.ClientSession() as session:
             payload = completion_payload(model, "one two three", tokens)
-            return await stream_completion(client, f"{base_url}/v1/completions", payload, clock)
+            return await stream_completion(session, f"{base_url}/v1/completions", payload, clock)
 
     return asyncio.run(go())
 

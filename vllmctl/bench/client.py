@@ -1,4 +1,5 @@
-"""The smoke benchmark's client: streams `/v1/completions` with httpx at a few concurrency levels.
+"""The smoke benchmark's client: streams `/v1/completions` with aiohttp (the HTTP stack `vllm bench serve`
+uses, so both pay the same client CPU) at a few concurrency levels.
 
 The clock is passed in; every request is bounded in time, every level in count and time.
 """
@@ -10,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from vllmctl.bench.sse import SseParser, classify
 from vllmctl.bench.stats import LevelSummary, RequestResult, summarize
@@ -47,7 +48,7 @@ def completion_payload(model_id: str, prompt: str, output_tokens: int) -> dict[s
 
 
 async def stream_completion(
-    client: httpx.AsyncClient, url: str, payload: dict[str, object], clock: Clock
+    session: aiohttp.ClientSession, url: str, payload: dict[str, object], clock: Clock
 ) -> RequestResult:
     """One streamed completion, timed like vLLM's `async_request_openai_completions`."""
     start = clock()
@@ -57,10 +58,10 @@ async def stream_completion(
     chunks = 0
     usage: dict[str, int] = {}
     try:
-        async with client.stream("POST", url, json=payload) as response:
-            if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")[:300]
-                return RequestResult(False, start, error=f"HTTP {response.status_code}: {body}")
+        async with session.post(url, json=payload) as response:
+            if response.status != 200:
+                body = (await response.read()).decode(errors="replace")[:300]
+                return RequestResult(False, start, error=f"HTTP {response.status}: {body}")
             parser = SseParser()
             async for data in _events(response, parser):
                 message = classify(data)
@@ -78,7 +79,7 @@ async def stream_completion(
                     chunks += 1
                 elif message.kind == "done":
                     break
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:
         return RequestResult(False, start, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
     if chunks == 0:
         return RequestResult(False, start, error="the stream ended before any token chunk")
@@ -94,8 +95,8 @@ async def stream_completion(
     )
 
 
-async def _events(response: httpx.Response, parser: SseParser) -> AsyncIterator[str]:
-    async for chunk in response.aiter_bytes():
+async def _events(response: aiohttp.ClientResponse, parser: SseParser) -> AsyncIterator[str]:
+    async for chunk in response.content.iter_any():
         for data in parser.feed(chunk):
             yield data
     for data in parser.close():
@@ -103,7 +104,7 @@ async def _events(response: httpx.Response, parser: SseParser) -> AsyncIterator[
 
 
 async def run_level(
-    client: httpx.AsyncClient,
+    session: aiohttp.ClientSession,
     url: str,
     model_id: str,
     prompts: Sequence[str],
@@ -120,7 +121,7 @@ async def run_level(
             payload = completion_payload(model_id, prompt, spec.output_tokens)
             try:
                 return await asyncio.wait_for(
-                    stream_completion(client, url, payload, clock), spec.request_timeout_s
+                    stream_completion(session, url, payload, clock), spec.request_timeout_s
                 )
             except TimeoutError:
                 return RequestResult(False, clock(), error=f"no reply within {spec.request_timeout_s:g} s")
@@ -164,19 +165,19 @@ async def run_benchmark(
     """Every level of `spec` against one endpoint; `prompts_for(count, seed)` supplies fresh prompts."""
     url = f"{base_url.rstrip('/')}/v1/completions"
     widest = max(spec.concurrency)
-    limits = httpx.Limits(max_connections=widest, max_keepalive_connections=widest)
-    timeout = httpx.Timeout(spec.request_timeout_s, connect=10.0)
+    connector = aiohttp.TCPConnector(limit=widest)
+    timeout = aiohttp.ClientTimeout(total=spec.request_timeout_s, connect=10.0)
     levels: list[LevelSummary] = []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         if spec.warmup:
             # One request first, as `vllm bench serve` does, so a cold start is not billed to level one.
             payload = completion_payload(model_id, prompts_for(1, 0)[0], spec.output_tokens)
-            warm = await stream_completion(client, url, payload, clock)
+            warm = await stream_completion(session, url, payload, clock)
             if not warm.ok:
                 return EndpointReport(base_url, model_id, error=f"warm-up request failed: {warm.error}")
         for seed, concurrency in enumerate(spec.concurrency, start=1):
             prompts = prompts_for(spec.requests_for(concurrency), seed)
-            summary = await run_level(client, url, model_id, prompts, concurrency, spec, clock)
+            summary = await run_level(session, url, model_id, prompts, concurrency, spec, clock)
             levels.append(summary)
             if on_level is not None:
                 on_level(summary)
