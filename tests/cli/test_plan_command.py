@@ -48,17 +48,8 @@ def test_limit_keeps_only_named_hosts(capsys: pytest.CaptureFixture[str]) -> Non
     assert {e["host"] for e in out["entries"]} == {"a100-01", "a100-02"}  # type: ignore[union-attr]
 
 
-def test_a_model_that_cannot_fit_fails_with_numbers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    inventory = tmp_path / "small.yml"
-    inventory.write_text(
-        "vllmctl: 1\n"
-        "hosts:\n"
-        "  l4-01: {address: 10.0.0.5, gpus: {model: L4, count: 1}}\n"
-        "models:\n"
-        "  llama-70b: {source: meta-llama/Llama-3.3-70B-Instruct, hosts: l4-01, max_model_len: 8192}\n"
-    )
+def test_a_model_that_cannot_fit_fails_with_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = REPO / "tests/fixtures/inventories/70b-on-one-l4.yml"
     assert cli.main(["plan", str(inventory), "--offline"]) == 1
     err = capsys.readouterr().err
     assert "l4-01 / llama-70b:" in err

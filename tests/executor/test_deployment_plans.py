@@ -48,15 +48,8 @@ def test_cpu_engines_keep_the_inventory_args(tmp_path: Path) -> None:
     assert deployment_plans(load_inventory(inventory), ["lab-1"], online=False) == {}
 
 
-def test_a_deployment_that_cannot_fit_stops_apply_before_any_host(tmp_path: Path) -> None:
-    inventory = tmp_path / "small.yml"
-    inventory.write_text(
-        "vllmctl: 1\n"
-        "hosts:\n"
-        "  l4-01: {address: 10.0.0.5, gpus: {model: L4, count: 1}}\n"
-        "models:\n"
-        "  llama-70b: {source: meta-llama/Llama-3.3-70B-Instruct, hosts: l4-01, max_model_len: 8192}\n"
-    )
+def test_a_deployment_that_cannot_fit_stops_apply_before_any_host() -> None:
+    inventory = REPO / "tests/fixtures/inventories/70b-on-one-l4.yml"
     with pytest.raises(PlanError) as caught:
         deployment_plans(load_inventory(inventory), ["l4-01"], online=False)
     assert "l4-01/llama-70b: " in caught.value.message
