@@ -114,6 +114,14 @@ def _shifted(
     return cache[key][1]
 
 
+UNKNOWN_ARCH_HINT = "load it with catalog.load_arch (hub or local config.json)"
+NO_GPUS_HINT = "declare gpus: {model, count} or gather facts first"
+
+
+def _unplanned(host: str, model: str, error: str, hint: str) -> HostModelPlan:
+    return HostModelPlan(host, model, "", (), None, error, hint)
+
+
 def plan_inventory(
     inv: Inventory,
     gpu_facts: Mapping[str, GpuFacts] | None = None,
@@ -138,30 +146,11 @@ def plan_inventory(
             host = inv.hosts[host_name]
             found = host_gpus(host, gpu_facts)
             if arch is None:
-                entries.append(
-                    HostModelPlan(
-                        host_name,
-                        model.name,
-                        "",
-                        (),
-                        None,
-                        f"architecture of {model.source!r} is not known offline",
-                        "load it with catalog.load_arch (hub or local config.json)",
-                    )
-                )
+                why = f"architecture of {model.source!r} is not known offline"
+                entries.append(_unplanned(host_name, model.name, why, UNKNOWN_ARCH_HINT))
                 continue
             if found is None:
-                entries.append(
-                    HostModelPlan(
-                        host_name,
-                        model.name,
-                        "",
-                        (),
-                        None,
-                        "no GPUs known for this host",
-                        "declare gpus: {model, count} or gather facts first",
-                    )
-                )
+                entries.append(_unplanned(host_name, model.name, "no GPUs known for this host", NO_GPUS_HINT))
                 continue
             gpu, count, source = found
             neighbours = sharing[host_name]
