@@ -82,7 +82,8 @@ def host_gpus(host: Host, facts: Mapping[str, GpuFacts] | None) -> tuple[GpuMode
     return None
 
 
-def _request(model: ModelDeployment, host: Host, nodes: int) -> DeploymentRequest:
+def deployment_request(model: ModelDeployment, host: Host, nodes: int = 1) -> DeploymentRequest:
+    """What the planner is asked for one model on one host, from the inventory."""
     engine = model.engine or host.engine
     concurrency = model.slo.get("concurrency")
     return DeploymentRequest(
@@ -158,7 +159,7 @@ def plan_inventory(
             start = neighbours.index(model.name) * share
             indices = tuple(range(start, start + share))
             try:
-                plan = plan_deployment(arch, gpu, share, _request(model, host, len(model.hosts)))
+                plan = plan_deployment(arch, gpu, share, deployment_request(model, host, len(model.hosts)))
             except VllmctlError as exc:
                 entries.append(
                     HostModelPlan(host_name, model.name, source, indices, None, exc.message, exc.hint)

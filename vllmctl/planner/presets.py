@@ -1,5 +1,6 @@
 """Default sampling per use case, from the serving guides, as each engine's server-side defaults:
-vLLM `--override-generation-config`, SGLang `--preferred-sampling-params`; each with its reason.
+vLLM `--override-generation-config`, SGLang `--preferred-sampling-params`; each with its reason. Also the
+plan for a CPU build of an engine: only the guide decisions that do not size GPU memory.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllmctl.planner.types import Decision
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.planner.tuning import normalize_args
+from vllmctl.planner.types import Decision, DeploymentRequest
 
 # (values, why) per use case. Temperature 0 is greedy: top_p no longer matters, so it is left alone.
 USE_CASES: dict[str, tuple[dict[str, float], str]] = {
@@ -145,3 +148,86 @@ def sampling_plan(
             "tuning one of them and leaving the other at 1"
         )
     return SamplingPlan(tuple(decisions), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class CpuEnginePlan:
+    """A deployment on a CPU build of its engine: the engine sizes its own memory (vLLM-CPU from
+    VLLM_CPU_KVCACHE_SPACE), so only the decisions that hold on any device are made."""
+
+    engine: str
+    engine_version: str
+    port: int
+    decisions: tuple[Decision, ...]
+    warnings: tuple[str, ...]
+
+    def engine_args(self, explicit: Mapping[str, Any]) -> dict[str, Any]:
+        """The inventory's engine_args as written, plus each decision they do not already make."""
+        given = normalize_args(dict(explicit))
+        added = {d.flag: d.value for d in self.decisions if d.flag not in given}
+        return {**explicit, **added}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": "cpu",
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "replicas": [{"index": 0, "gpu_indices": [], "port": self.port}],
+            "reasons": [d.to_json() for d in self.decisions],
+            "warnings": list(self.warnings),
+        }
+
+
+def cpu_engine_plan(request: DeploymentRequest, arch: ModelArch | None) -> CpuEnginePlan:
+    """Sampling defaults (both engines), vLLM's multimodal limits and SGLang's schedule policy.
+
+    `arch` is None when the model's config could not be read; only the multimodal limit needs it.
+    """
+    explicit = normalize_args(request.engine_args)
+    sampling = sampling_plan(request.engine, request.use_case, request.sampling, explicit)
+    decisions = list(sampling.decisions)
+    warnings = list(sampling.warnings)
+    if request.engine == "sglang":
+        decisions.append(_schedule_policy(request.workload, explicit))
+    else:
+        media, notes = _media_limits(request, arch, explicit)
+        decisions += [media] if media else []
+        warnings += notes
+    return CpuEnginePlan(
+        request.engine, request.engine_version, request.base_port, tuple(decisions), tuple(warnings)
+    )
+
+
+def _schedule_policy(workload: str, explicit: Mapping[str, Any]) -> Decision:
+    if "schedule_policy" in explicit:
+        return Decision("schedule_policy", explicit["schedule_policy"], "explicit")
+    if workload == "shared_prefix":
+        return Decision(
+            "schedule_policy",
+            "lpm",
+            "workload shared_prefix: longest-prefix-match runs requests that share cached prefixes "
+            "together, raising radix-cache hits (on any device)",
+        )
+    return Decision(
+        "schedule_policy",
+        "fcfs",
+        "independent requests gain nothing from prefix ordering; first-come-first-served is fair and "
+        "cheaper than sorting the queue each step",
+    )
+
+
+def _media_limits(
+    request: DeploymentRequest, arch: ModelArch | None, explicit: Mapping[str, Any]
+) -> tuple[Decision | None, list[str]]:
+    asked = (request.images_per_prompt, request.videos_per_prompt) != (1, 0)
+    if arch is None:
+        unread = "multimodal is set but the model's config could not be read; not applied"
+        return None, [unread] if asked else []
+    if arch.vision is None:
+        return None, [f"multimodal is set but {arch.name} has no vision encoder; ignored"] if asked else []
+    cpu = "the CPU build sizes its own memory, so no encoder memory is planned"
+    if "limit_mm_per_prompt" in explicit:
+        return Decision("limit_mm_per_prompt", explicit["limit_mm_per_prompt"], f"explicit; {cpu}"), []
+    limits = {"image": request.images_per_prompt, "video": request.videos_per_prompt}
+    source = "multimodal" if asked else "default: 1 image, no video (set multimodal: to allow more)"
+    return Decision("limit_mm_per_prompt", limits, f"{source}; {cpu}"), []

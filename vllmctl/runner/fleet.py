@@ -1,5 +1,5 @@
-"""Glue at the edge for commands: host selection (--limit), per-host contexts, secrets, SSH remotes and
-the local audit log."""
+"""Glue at the edge for commands: host selection (--limit), the plans apply deploys (GPU and CPU engines),
+per-host contexts, secrets, SSH remotes and the local audit log."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from vllmctl.console import Ui
 from vllmctl.desired import HostContext, ModelPlan, Replica
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
-from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, plan_inventory
+from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
+from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.runner.remote import SshRemote
 from vllmctl.staging import local_models
 from vllmctl.transport import SshTransport
@@ -148,12 +149,28 @@ def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
     return engine.distribution.endswith("-cpu")
 
 
+def gpu_entries(inv: Inventory, plan: InventoryPlan) -> InventoryPlan:
+    """The entries of deployments on a GPU build of their engine; CPU builds get `cpu_engine_plans`."""
+    return InventoryPlan(tuple(e for e in plan.entries if not runs_on_cpu(inv, e.host, e.model)))
+
+
 def served_plan(
     inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
 ) -> InventoryPlan:
-    """The plan of what apply deploys: a CPU-engine deployment has no GPU plan (one replica, as given)."""
-    plan = fleet_plan(inv, gpu_facts, online)
-    return InventoryPlan(tuple(e for e in plan.entries if not runs_on_cpu(inv, e.host, e.model)))
+    """The GPU plan of what apply deploys: a CPU-engine deployment has none (one replica, as given)."""
+    return gpu_entries(inv, fleet_plan(inv, gpu_facts, online))
+
+
+def cpu_engine_plans(inv: Inventory, archs: Mapping[str, ModelArch]) -> dict[tuple[str, str], CpuEnginePlan]:
+    """(host, model) -> the engine-independent decisions for each deployment on a CPU build of its engine."""
+    plans: dict[tuple[str, str], CpuEnginePlan] = {}
+    for model in inv.models.values():
+        for host in model.hosts:
+            if not runs_on_cpu(inv, host, model.name):
+                continue
+            request = deployment_request(model, inv.hosts[host])
+            plans[(host, model.name)] = cpu_engine_plan(request, archs.get(model.source))
+    return plans
 
 
 def deployment_plans(
@@ -163,9 +180,17 @@ def deployment_plans(
 
     Raises PlanError before any host is touched when a GPU deployment has no plan that fits.
     """
-    wanted = InventoryPlan(tuple(e for e in served_plan(inv, gpu_facts, online).entries if e.host in hosts))
+    archs, _ = load_model_archs(inv, online=online)
+    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs))
+    wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     wanted.raise_for_failures()
-    return model_plans(wanted)
+    plans = model_plans(wanted)
+    for (host, name), cpu in cpu_engine_plans(inv, archs).items():
+        given = inv.models[name].engine_args
+        args = cpu.engine_args(given)
+        if host in hosts and args != given:  # no decision of its own: the unit stays as the inventory says
+            plans.setdefault(host, {})[name] = ModelPlan(args, (Replica(0, cpu.port),))
+    return plans
 
 
 def model_plans(plan: InventoryPlan) -> dict[str, dict[str, ModelPlan]]:
