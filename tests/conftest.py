@@ -64,12 +64,13 @@ def reap_orphaned_test_fleets() -> None:
 
 @pytest.fixture(scope="session")
 def lab_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFleet]:
-    """Four lab hosts shared by the whole session, removed at its end even when tests fail."""
+    """Four lab hosts shared by the whole session, removed at its end even when tests fail. The first two
+    serve the shared `deployment`; the last two (same GPUs) are the multi-node tests' Ray pair."""
     reap_orphaned_test_fleets()
     name = f"pt{os.getpid()}-4"
     inventory = tmp_path_factory.mktemp("lab4") / "lab.yml"
     try:
-        yield start_fleet(name, 4, inventory, gpus="8xH100-80GB,2xL40S")
+        yield start_fleet(name, 4, inventory, gpus="8xH100-80GB,2xL40S,2xL40S,2xL40S")
     finally:
         stop_fleet(name)
 

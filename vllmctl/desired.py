@@ -57,7 +57,8 @@ class HostContext:
     local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
 
     def models(self) -> list[ModelDeployment]:
-        return [m for m in self.inventory.models.values() if self.host.name in m.hosts]
+        # a multi-node model is one engine over several hosts: `vllmctl cluster` brings it up, not per host
+        return [m for m in self.inventory.models.values() if self.host.name in m.hosts and m.cluster is None]
 
     def plan(self, model: ModelDeployment) -> ModelPlan:
         return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))

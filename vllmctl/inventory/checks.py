@@ -13,6 +13,7 @@ from vllmctl.errors import Problem
 from vllmctl.inventory.ansible import AnsibleImport
 from vllmctl.inventory.schema import did_you_mean
 from vllmctl.inventory.source import FieldPath, SourceDoc
+from vllmctl.multinode.checks import check_clusters
 
 MERGED_SECTIONS = ("ssh", "driver", "engine", "vars")
 HELP_COMMANDS = {"vllm": "vllm serve --help", "sglang": "python -m sglang.launch_server --help"}
@@ -29,6 +30,12 @@ def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def group_members(raw: Any) -> list[Any]:
+    """A group's member names: the list itself, or the `hosts:` of a group written as a mapping."""
+    members = raw.get("hosts") if isinstance(raw, dict) else raw
+    return members if isinstance(members, list) else []
+
+
 @dataclass
 class Resolved:
     """Hosts with defaults merged in (plain dicts), and groups flattened to host names."""
@@ -36,6 +43,7 @@ class Resolved:
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    model_clusters: dict[str, str] = field(default_factory=dict)  # model -> the multi_node group it names
 
 
 def merge_host(name: str, defaults: dict[str, Any], *layers: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +82,7 @@ class Checker:
                 self.engine_args(name, model)
                 self.gpu_fit(name, model)
         self.port_clashes()
+        check_clusters(self)
         return self.resolved
 
     def merge_hosts(self) -> None:
@@ -105,10 +114,10 @@ class Checker:
     def expand_group(self, name: str, native: dict[str, Any], seen: tuple[str, ...]) -> tuple[str, ...]:
         members: list[str] = []
         raw = native.get(name)
-        for index, member in enumerate(raw if isinstance(raw, list) else []):
+        for index, member in enumerate(group_members(raw)):
             if not isinstance(member, str):
                 continue
-            path = ("groups", name, index)
+            path = ("groups", name, "hosts", index) if isinstance(raw, dict) else ("groups", name, index)
             if member in self.resolved.hosts:
                 found: tuple[str, ...] = (member,)
             elif member in native:
@@ -273,8 +282,7 @@ def find_cycle(start: str, native: dict[str, Any]) -> list[str] | None:
     visited: set[str] = set()
     while stack:
         name, trail = stack.pop()
-        members = native.get(name)
-        for member in members if isinstance(members, list) else []:
+        for member in group_members(native.get(name)):
             if member == start:
                 return [*trail, start]
             if isinstance(member, str) and member in native and member not in visited:

@@ -103,6 +103,8 @@ SECTIONS = [
     ("`gpus` (in `defaults` and hosts)", "#/$defs/gpus"),
     ("`driver` (in `defaults` and hosts)", "#/$defs/driver"),
     ("`engine` (in `defaults`, hosts and models)", "#/$defs/engine"),
+    ("`groups.NAME` as a mapping", "#/$defs/cluster_group"),
+    ("`groups.NAME.ray`", "#/$defs/ray"),
     ("`models.NAME`", "#/$defs/model"),
     ("`models.NAME.slo`", "#/$defs/slo"),
     ("`models.NAME.sampling`", "#/$defs/sampling"),

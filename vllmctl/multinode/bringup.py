@@ -1,0 +1,103 @@
+"""Bringing a Ray cluster up, pure: the commands each node runs (service user, Ray dir, Ray in the engine
+venv, units), the order (head, then workers, then vLLM on the head), and reading `ray status`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from vllmctl.desired import HOME_DIR, SERVICE_USER, venv_path
+from vllmctl.inventory.model import ClusterSpec, EngineSpec
+from vllmctl.multinode.units import RAY_DIR
+
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+@dataclass(frozen=True)
+class RayStatus:
+    nodes: int
+    gpus: float
+
+
+def node_setup_script() -> str:
+    """The unprivileged service user and Ray's own directory (sessions, sockets, logs) owned by it."""
+    user = shlex.quote(SERVICE_USER)
+    home = shlex.quote(HOME_DIR)
+    return "\n".join(
+        [
+            "set -e",
+            f"id -u {user} >/dev/null 2>&1 || "
+            f"useradd --system --home-dir {home} --shell /usr/sbin/nologin {user}",
+            f"install -d -m 0750 -o {user} -g {user} {home} {shlex.quote(RAY_DIR)}",
+        ]
+    )
+
+
+def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str | None) -> str:
+    """Ray into the engine venv (created if absent), only when the venv lacks that exact version."""
+    venv = venv_path(engine)
+    python = shlex.quote(f"{venv}/bin/python")
+    wanted = f"ray=={cluster.ray.version}"
+    source: list[str] = []
+    if index_url:
+        source = ["--index-url", index_url]
+        host = urlsplit(index_url).hostname
+        if urlsplit(index_url).scheme == "http" and host:
+            source += ["--trusted-host", host]
+    check = f"import importlib.metadata as m; assert m.version('ray') == {cluster.ray.version!r}"
+    install = [
+        f"{venv}/bin/python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        *source,
+        wanted,
+    ]
+    return "\n".join(
+        [
+            "set -e",
+            f"[ -x {python} ] || python3 -m venv {shlex.quote(venv)}",
+            f"{python} -c {shlex.quote(check)} 2>/dev/null || {shlex.join(install)}",
+        ]
+    )
+
+
+def unit_path(name: str) -> str:
+    return f"{SYSTEMD_DIR}/{name}"
+
+
+def start_script(unit: str) -> str:
+    """Reload and (re)start: a changed unit must take effect; an unchanged running one restarts harmlessly."""
+    name = shlex.quote(unit)
+    return f"systemctl daemon-reload && systemctl enable --quiet {name} && systemctl restart {name}"
+
+
+def ray_status_argv(engine: EngineSpec, head_ip: str, gcs_port: int) -> list[str]:
+    return [f"{venv_path(engine)}/bin/ray", "status", f"--address={head_ip}:{gcs_port}"]
+
+
+_ACTIVE = re.compile(r"^Active:\s*$(?P<body>.*?)^\S", re.MULTILINE | re.DOTALL)
+_NODE_LINE = re.compile(r"^\s*\d+\s+node_[0-9a-f]+", re.MULTILINE)
+_GPU_LINE = re.compile(r"^\s*[\d.]+/(?P<total>[\d.]+)\s+GPU\b", re.MULTILINE)
+
+
+def parse_ray_status(text: str) -> RayStatus:
+    """Alive nodes (the `Active:` section of `ray status`) and the cluster's total GPUs."""
+    active = _ACTIVE.search(text + "\nEND")
+    nodes = len(_NODE_LINE.findall(active.group("body"))) if active else 0
+    gpus = _GPU_LINE.search(text)
+    return RayStatus(nodes, float(gpus.group("total")) if gpus else 0.0)
+
+
+def cluster_formed(status: RayStatus, nodes: int, gpus_per_node: int) -> str | None:
+    """None when the cluster has every node and GPU it should, else what is missing."""
+    if status.nodes < nodes:
+        return f"{status.nodes} of {nodes} Ray nodes alive"
+    if status.gpus < nodes * gpus_per_node:
+        return f"{status.gpus:g} of {nodes * gpus_per_node} GPUs registered"
+    return None
