@@ -70,7 +70,7 @@ def lab_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFleet]:
     name = f"pt{os.getpid()}-4"
     inventory = tmp_path_factory.mktemp("lab4") / "lab.yml"
     try:
-        yield start_fleet(name, 4, inventory, gpus="8xH100-80GB,2xL40S,2xL40S,2xL40S")
+        yield start_fleet(name, 4, inventory, gpus="8xH100-80GB,2xL40S,8xH100-80GB,8xH100-80GB")
     finally:
         stop_fleet(name)
 

@@ -29,7 +29,7 @@ def test_gathered_gpus_replace_declared_ones(
 
     assert cli.main(["plan", str(inventory), "--gather-facts", "--offline", "--json"]) == 0
     entries = {e["host"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
-    # the lab fleet's first host has 8xH100-80GB, the others 2xL40S (tests/conftest.py)
+    # the lab fleet's second host has 2xL40S, the others 8xH100-80GB (tests/conftest.py)
     assert entries[first]["gpu_source"] == "facts"
     assert entries[first]["plan"]["gpu"] == "H100-80GB"
     assert entries[first]["plan"]["gpu_count"] == 8

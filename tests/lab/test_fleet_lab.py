@@ -49,7 +49,7 @@ def test_fake_gpus_follow_the_cycled_spec(lab_fleet: LabFleet) -> None:
     answers = [lab_fleet.ssh(host, query).stdout.splitlines() for host in lab_fleet.hosts]
     assert answers[0] == ["NVIDIA H100 80GB HBM3, 81559"] * 8
     assert answers[1] == ["NVIDIA L40S, 46068"] * 2
-    assert answers[2] == answers[3] == answers[1]
+    assert answers[2] == answers[3] == answers[0]
 
 
 def test_hosts_reach_only_their_subnet(lab_fleet: LabFleet) -> None:
