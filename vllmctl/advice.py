@@ -106,7 +106,7 @@ def _wider_tp(engine: Engine, args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _preempting(
-    engine: Engine, args: Mapping[str, Any], seen: _Observed, evidence: dict[str, float]
+    engine: Engine, args: Mapping[str, Any], seen: _Observed, evidence: dict[str, float], on_cpu: bool
 ) -> Advice:
     evidence = {**evidence, "running_max": seen.running_max}
     if engine == "sglang":
@@ -119,7 +119,8 @@ def _preempting(
             evidence,
             change,
         )
-    change = _more_vllm_memory(args)
+    # vLLM-CPU's KV cache is a fixed VLLM_CPU_KVCACHE_SPACE, which no engine arg changes.
+    change = {} if on_cpu else _more_vllm_memory(args)
     if not change:
         # The batch that preempts is the batch that is too big: shrink it to three quarters of its peak.
         change = {"max_num_seqs": max(1, math.floor(seen.running_max * 0.75))}
@@ -170,14 +171,22 @@ def _batch_cap(engine: Engine, args: Mapping[str, Any], seen: _Observed) -> Advi
     )
 
 
-def _kv_full(engine: Engine, args: Mapping[str, Any], seen: _Observed) -> Advice:
+def _kv_full(engine: Engine, args: Mapping[str, Any], seen: _Observed, on_cpu: bool) -> Advice:
     assert seen.kv_max is not None
+    evidence = {"kv_usage_max": _round(seen.kv_max), "waiting_max": seen.waiting_max}
+    if on_cpu:
+        return Advice(
+            "kv-cache-full",
+            "the KV cache is nearly full and requests wait: raise VLLM_CPU_KVCACHE_SPACE (host env) "
+            "or add replicas",
+            evidence,
+        )
     change = _more_vllm_memory(args) if engine == "vllm" else {}
     return Advice(
         "kv-cache-full",
         "the KV cache is nearly full and requests wait: the server needs more KV memory "
         "(memory fraction, tensor parallelism) or more replicas",
-        {"kv_usage_max": _round(seen.kv_max), "waiting_max": seen.waiting_max},
+        evidence,
         change or _wider_tp(engine, args),
     )
 
@@ -187,8 +196,10 @@ def advise(
     engine_args: Mapping[str, Any],
     snapshots: Sequence[EngineMetrics],
     rates: Rates | None = None,
+    on_cpu: bool = False,
 ) -> list[Advice]:
     """Advice for one model's server from its snapshots (oldest first) and the rates between them.
+    `on_cpu`: a CPU build of the engine, whose KV cache no GPU memory setting sizes.
 
     Preemption outranks the rest: a server that preempts is short of memory even when one snapshot
     shows a half-empty cache, so "raise max_num_seqs" would make it worse.
@@ -198,12 +209,12 @@ def advise(
     seen = _Observed.of(snapshots)
     preemptions = _preemption_evidence(rates)
     if preemptions is not None:
-        return [_preempting(engine, engine_args, seen, preemptions)]
+        return [_preempting(engine, engine_args, seen, preemptions, on_cpu)]
     if seen.kv_max is None:
         return []
     waiting = seen.waiting_share >= WAITING_SHARE
     if waiting and seen.kv_max >= KV_FULL_FRACTION:
-        return [_kv_full(engine, engine_args, seen)]
+        return [_kv_full(engine, engine_args, seen, on_cpu)]
     if waiting and seen.kv_max < KV_LOW_FRACTION:
         return [_batch_cap(engine, engine_args, seen)]
     if seen.waiting_max == 0 and seen.kv_max < KV_LOW_FRACTION:

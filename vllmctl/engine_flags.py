@@ -59,6 +59,7 @@ VLLM_FLAGS: dict[str, FlagSpec] = {
     "kv_cache_memory_bytes": _int(),
     "max_model_len": _int(),
     "max_num_seqs": _int(),
+    "stream_interval": _int(),  # tokens per streamed event (seen in vLLM 0.32.0's arg_utils)
     "max_num_batched_tokens": _int(),
     "max_num_partial_prefills": _int(),
     "long_prefill_token_threshold": _int(0),

@@ -15,6 +15,14 @@ from vllmctl.desired import HostContext, render_unit, unit_name, venv_path
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import JOURNAL_TAIL_LINES, SMOKE_INPUT_TOKENS, SMOKE_SPEC, EndpointCheck, Verdict, decide
 from vllmctl.health import FLOOR_S, HealthResult, Progress, wait_healthy
+from vllmctl.kv_record import (
+    KvPredictor,
+    parse_startup_lines,
+    record_kv_step,
+    startup_lines_command,
+    with_measured,
+    with_predictions,
+)
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
 from vllmctl.ops.release import record_verdict as verdict_step
@@ -36,6 +44,7 @@ from vllmctl.runner.remote import Remote
 # (base_url, model, deadline_s, on_progress): on_progress raises EngineExitedError when the unit died
 HealthCheck = Callable[[str, str, float, Callable[[Progress], None]], HealthResult]
 SmokeBench = Callable[[str, str], EndpointReport]  # (base_url, model)
+KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
 
 
@@ -89,6 +98,7 @@ class GateOptions:
     health: HealthCheck = wait_for_health
     bench: SmokeBench = _smoke
     clock: Callable[[], float] = time.monotonic
+    predict_kv: KvPrediction = field(default_factory=KvPredictor)
 
 
 @dataclass(frozen=True)
@@ -223,7 +233,7 @@ def gate_host(
     if same and serving is not None and current is not None and current.status == "pending":
         release = serving  # an interrupted apply started it and never gated it: gate it now
     else:
-        release = wanted
+        release = with_predictions(wanted, opts.predict_kv(ctx))
         run_step(remote, host, create_release(release, state), opts.command_timeout_s)
         run_step(remote, host, _pointer("current", release.id), opts.command_timeout_s)
     verdict = (
@@ -231,12 +241,24 @@ def gate_host(
         if failure
         else check_serving(remote, ctx, release, opts, True)
     )
+    record_measured_kv(remote, host, release, opts)
     run_step(remote, host, verdict_step(release.id, verdict.to_json()), opts.command_timeout_s)
     state = read_releases(remote, host, opts.command_timeout_s)
     if verdict.passed:
         run_step(remote, host, prune_releases(prune_candidates(state, opts.keep)), opts.command_timeout_s)
         return GateOutcome(host, "passed", release.id, verdict.reasons, verdict.figures)
     return _roll_back_after(remote, ctx, release.id, verdict, state, opts)
+
+
+def record_measured_kv(remote: Remote, host: str, release: Manifest, opts: GateOptions) -> Manifest:
+    """What each engine logged at startup, beside the prediction; a journal without it records nothing."""
+    lines = remote.execute(startup_lines_command(sorted(release.units)), opts.command_timeout_s)
+    measured = parse_startup_lines(lines.stdout) if lines.ok else {}
+    if not measured:
+        return release
+    updated = with_measured(release, measured)
+    run_step(remote, host, record_kv_step(updated), opts.command_timeout_s)
+    return updated
 
 
 def _failed(remote: Remote, release: Manifest, failure: str, opts: GateOptions) -> Verdict:

@@ -34,7 +34,8 @@ class ReleaseError(VllmctlError):
 
 @dataclass(frozen=True)
 class Manifest:
-    """What one release of one host serves; immutable once its `complete` marker is written."""
+    """What one release of one host serves, immutable once its `complete` marker is written; only the
+    gate adds, once, the KV figures each engine measured beside their prediction in `plan` (kv_record.py)."""
 
     id: str
     host: str

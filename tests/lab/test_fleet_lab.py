@@ -152,5 +152,5 @@ def test_lab_check_reports_every_host_ready(lab_fleet: LabFleet) -> None:
     rows = json.loads(result.stdout)
     assert [(r["name"], r["hostname"], r["system_state"], r["gpus"], r["ok"]) for r in rows] == [
         (h.name, h.name, "running", gpus, True)
-        for h, gpus in zip(lab_fleet.hosts, ["8", "2", "8", "2"], strict=True)
+        for h, gpus in zip(lab_fleet.hosts, ["8", "2", "8", "8"], strict=True)
     ]

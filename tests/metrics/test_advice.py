@@ -157,3 +157,12 @@ def test_real_preempting_captures_ask_for_more_cache_memory() -> None:
         ("frequent-preemption", {"gpu_memory_utilization": 0.95})
     ]
     assert advice[0].evidence["preemptions_per_request"] == 0.2
+
+
+def test_a_cpu_engine_is_never_told_to_raise_gpu_memory() -> None:
+    # vLLM-CPU's KV cache is VLLM_CPU_KVCACHE_SPACE: only the batch can shrink
+    (advice,) = advise("vllm", {}, [snap(64, 3, 0.97)], preempting(2.0, 10.0), on_cpu=True)
+    assert (advice.code, advice.suggested_args) == ("frequent-preemption", {"max_num_seqs": 48})
+    (full,) = advise("vllm", {"gpu_memory_utilization": 0.9}, [snap(200, 30, 0.97)], on_cpu=True)
+    assert full.code == "kv-cache-full" and full.suggested_args == {}
+    assert "VLLM_CPU_KVCACHE_SPACE" in full.message

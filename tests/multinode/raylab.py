@@ -103,8 +103,14 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
         yield lab
     finally:
+        # the provisioning tests use these hosts after this module: leave no venv, Ray state or model behind
+        leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray {model_dir.parent}"
         for host in hosts:
             lab_fleet.ssh(
-                host, f"sudo systemctl disable --now {RAY_UNIT}; sudo rm -f /etc/systemd/system/{RAY_UNIT}"
+                host,
+                f"sudo systemctl disable --now {RAY_UNIT} vllmctl-tiny-0.service; "
+                f"sudo rm -rf /etc/systemd/system/{RAY_UNIT} /etc/systemd/system/vllmctl-tiny-0.service "
+                f"{leftovers}; sudo systemctl daemon-reload; sudo systemctl reset-failed",
+                timeout=120,
             )
         shutil.rmtree(model_dir.parent, ignore_errors=True)

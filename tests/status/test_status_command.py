@@ -110,3 +110,99 @@ def test_status_json_is_machine_readable(inventory: Path, server: str) -> None:
     assert payload["ok"] is False  # healthy over HTTP, but systemd says the unit failed
     assert (entry["service_state"], entry["healthy"], entry["ok"]) == ("failed", True, False)
     assert entry["metrics"]["requests_waiting"] > 0
+
+
+def _manifest(predicted: int, measured: int) -> dict[str, object]:
+    """The current release's manifest as the gate leaves it: prediction and measurement per unit."""
+    kv = {
+        "predicted": {"kv_tokens": predicted},
+        "measured": {"vllmctl-tiny-0.service": {"kv_tokens": measured}},
+    }
+    return {"id": "r7", "plan": {"tiny": {"engine_args": {}, "kv": kv}}}
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "deviation", "off_plan"),
+    [
+        (1_048_576, 1_048_576, 0.0, False),
+        (1_000_000, 1_048_576, 0.048576, False),
+        (900_000, 1_048_576, 0.1651, True),
+    ],
+)
+def test_status_shows_measured_against_planned_from_the_release_manifest(
+    inventory: Path, predicted: int, measured: int, deviation: float, off_plan: bool
+) -> None:
+    from vllmctl.status_view import findings, status_json, status_row
+
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, "http://127.0.0.1:8000")
+    units = {"vllmctl-tiny-0.service": {"active_state": "active"}}
+    facts = {
+        "a": {
+            "facts": {"units": units, "releases": {"current": "r7"}},
+            "manifest": _manifest(predicted, measured),
+        }
+    }
+    (status,) = build_statuses(inv, [endpoint], facts, InventoryPlan(()), [_metrics()], [_metrics()], 1.0)
+    kv = status_json([status])["entries"][0]["kv"]
+    assert (kv["planned_tokens"], kv["measured_tokens"], kv["off_plan"]) == (predicted, measured, off_plan)
+    assert kv["deviation"] == pytest.approx(deviation, abs=1e-4)
+    cell = status_row(status)["kv_tokens"]
+    assert cell.startswith(f"{measured:,} ({deviation:+.1%} vs plan)")
+    assert cell.endswith(" !") == off_plan
+    flagged = [line for line in findings([status]) if "off the planned" in line]
+    assert len(flagged) == int(off_plan)
+
+
+def test_without_a_recorded_measurement_the_servers_own_kv_capacity_stands_in(inventory: Path) -> None:
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, "http://127.0.0.1:8000")
+    facts = {
+        "a": {"facts": {"units": {}, "releases": {}}, "manifest": {"plan": {"tiny": {"engine_args": {}}}}}
+    }
+    (status,) = build_statuses(inv, [endpoint], facts, InventoryPlan(()), [_metrics()], [_metrics()], 1.0)
+    assert status.planned_kv_tokens is None and status.measured_kv_tokens is None
+    assert status.kv_tokens == _metrics().metrics.kv_capacity_tokens  # type: ignore[union-attr]
+
+
+def test_scrapes_between_the_first_and_last_are_evidence_too(inventory: Path) -> None:
+    from vllmctl.metrics import EngineMetrics
+
+    def scraped(running: float) -> Scrape:
+        return Scrape(True, EngineMetrics("vllm", "tiny", running, requests_waiting=6, kv_usage=0.01))
+
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, "http://127.0.0.1:8000")
+    facts = {"a": {"facts": {"units": {}, "releases": {}}}}
+    # both ends read right after a request finished: one slot looks free although the next step refills it
+    (ends,) = build_statuses(inv, [endpoint], facts, InventoryPlan(()), [scraped(1)], [scraped(1)], 3.0)
+    assert [a.code for a in ends.advice] == ["prefill-budget-too-low"]
+    (sampled,) = build_statuses(
+        inv,
+        [endpoint],
+        facts,
+        InventoryPlan(()),
+        [scraped(1)],
+        [scraped(1)],
+        3.0,
+        [[scraped(2)], [scraped(2)]],
+    )
+    assert [a.code for a in sampled.advice] == ["max-num-seqs-too-low"]
+    assert sampled.advice[0].evidence["running_max"] == 2
+    assert sampled.metrics is not None and sampled.metrics.requests_running == 1  # the last scrape is shown
+
+
+def test_a_scrape_that_missed_its_deadline_leaves_the_latest_answer_standing(inventory: Path) -> None:
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, "http://127.0.0.1:8000")
+    facts = {
+        "a": {"facts": {"units": {"vllmctl-tiny-0.service": {"active_state": "active"}}, "releases": {}}}
+    }
+    missed = Scrape(False, None, "ReadTimeout: timed out")
+    (status,) = build_statuses(
+        inv, [endpoint], facts, InventoryPlan(()), [missed], [missed], 3.0, [[_metrics()]]
+    )
+    assert status.metrics is not None and status.metrics.requests_waiting == 6
+    assert (status.healthy, status.error, status.rates) == (True, "", None)
+    (silent,) = build_statuses(inv, [endpoint], facts, InventoryPlan(()), [missed], [missed], 3.0)
+    assert (silent.metrics, silent.healthy, silent.error) == (None, False, "ReadTimeout: timed out")

@@ -2,27 +2,34 @@
 
 Plans from the GPUs each host declares (or, with `--gather-facts`, reports over SSH), the shipped model
 catalog and local model directories; hub ids outside the catalog are fetched unless `--offline`.
+`--from-status` instead reads the fleet's live status and proposes engine_args changes as an inventory diff.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.plan import cluster_entries
+from vllmctl.planner.from_status import Proposal, changed_inventory, engine_args_diff, propose_all
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
+from vllmctl.planner.presets import CpuEnginePlan
 from vllmctl.runner.fleet import (
+    cpu_engine_plans,
     gather_fleet_facts,
     gpu_facts_from,
     host_contexts,
     load_model_archs,
     select_hosts,
+    served_plan,
 )
 
 
@@ -40,11 +47,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host when gathering facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument(
+        "--from-status",
+        action="store_true",
+        help="propose engine_args changes from the live metrics `vllmctl status` reads, as an inventory diff",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, help="--from-status: seconds the scrapes are spread over"
+    )
+    parser.add_argument("--samples", type=int, default=6, help="--from-status: scrapes per server (>= 2)")
+    parser.add_argument("--model", action="append", default=[], help="--from-status: only this model")
+    parser.add_argument("--write", metavar="PATH", help="--from-status: write the changed inventory to PATH")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
+    if args.write and not args.from_status:
+        raise InputError(
+            "--write needs --from-status", "vllmctl plan INVENTORY --from-status --write NEW.yml"
+        )
+    if args.from_status and args.samples < 2:
+        raise InputError(f"--samples must be at least 2, got {args.samples}", "rates need two scrapes")
     inv = load_inventory(args.inventory)
+    if args.from_status:
+        return _from_status(args, ui, inv)
     selected = set(select_hosts(inv, args.limit))
     facts = None
     if args.gather_facts:
@@ -52,14 +78,83 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         facts = gpu_facts_from(gather_fleet_facts(contexts, ("gpus",), args.timeout, forks=16), ui)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
     plan = plan_inventory(inv, facts, archs)
-    entries = [e for e in plan.entries if e.host in selected]
+    entries = [e for e in cluster_entries(inv, plan.entries, facts, archs) if e.host in selected]
     entries = [_with_arch_failure(e, inv, arch_failures) for e in entries]
+    on_cpu = cpu_engine_plans(inv, archs)  # a CPU build sizes its own memory: no GPU plan to show
+    ok = all(e.plan or (e.host, e.model) in on_cpu for e in entries)
     if args.json:
-        ui.json({"ok": all(e.plan for e in entries), "entries": [e.to_json() for e in entries]})
+        ui.json({"ok": ok, "entries": [_cpu_json(e, on_cpu) for e in entries]})
     else:
         for entry in entries:
-            _show(ui, entry)
-    return EXIT_OK if all(e.plan for e in entries) else EXIT_FAILURE
+            cpu = on_cpu.get((entry.host, entry.model))
+            if cpu:
+                _show_cpu(ui, entry, cpu)
+            else:
+                _show(ui, entry)
+    return EXIT_OK if ok else EXIT_FAILURE
+
+
+def _cpu_json(entry: HostModelPlan, on_cpu: dict[tuple[str, str], CpuEnginePlan]) -> dict[str, Any]:
+    cpu = on_cpu.get((entry.host, entry.model))
+    if cpu is None:
+        return entry.to_json()
+    return {**entry.to_json(), "gpu_source": None, "gpu_indices": [], "plan": cpu.to_json(), "error": None}
+
+
+def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan) -> None:
+    ui.data(
+        f"{entry.host} / {entry.model}: CPU build of {cpu.engine} {cpu.engine_version}; it sizes its own "
+        "memory (vLLM: VLLM_CPU_KVCACHE_SPACE), so only device-independent decisions are planned"
+    )
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("flag", "value", "why"):
+        table.add_column(column)
+    for decision in cpu.decisions:
+        table.add_row(decision.flag, str(decision.value), decision.reason)
+    if cpu.decisions:
+        ui.table(table)
+    else:
+        ui.data("  no decisions: the inventory's engine_args as written")
+    ui.data(f"  replica 0: port {cpu.port}")
+    for warning in cpu.warnings:
+        ui.warn(f"{entry.host} / {entry.model}: {warning}")
+    ui.data("")
+
+
+def _from_status(args: argparse.Namespace, ui: Ui, inv: Inventory) -> int:
+    from vllmctl.commands.status import collect  # a command module: loaded only for this path
+
+    hosts = select_hosts(inv, args.limit)
+    statuses = collect(inv, hosts, served_plan(inv), args.model, args.interval, args.timeout, args.samples)
+    looked_at = {s.model for s in statuses}
+    proposals = propose_all({m: dict(inv.models[m].engine_args) for m in looked_at}, statuses)
+    written = _write(args, inv, proposals) if args.write else None
+    if args.json:
+        ui.json({"proposals": [p.to_json() for p in proposals], "written": written})
+    else:
+        for proposal in proposals:
+            _show_proposal(ui, proposal, args.inventory)
+        if written:
+            ui.info(f"wrote {written}: apply it with `vllmctl apply {written}`")
+    return EXIT_OK if any(s.metrics is not None for s in statuses) else EXIT_FAILURE
+
+
+def _write(args: argparse.Namespace, inv: Inventory, proposals: list[Proposal]) -> str:
+    target = Path(args.write)
+    target.write_text(changed_inventory(Path(inv.path).read_text(), proposals))
+    load_inventory(str(target))  # what apply will read: it must validate like the original
+    return str(target)
+
+
+def _show_proposal(ui: Ui, proposal: Proposal, inventory_name: str) -> None:
+    ui.info(f"{proposal.model}: {proposal.reason}")
+    for finding in proposal.findings:
+        evidence = ", ".join(f"{k}={v:g}" for k, v in finding.evidence.items())
+        ui.info(f"  {finding.where}: {finding.advice.code} [{evidence}]")
+    for line in proposal.unmeasured:
+        ui.warn(f"  {line}")
+    diff = engine_args_diff(proposal, inventory_name)
+    ui.data(diff.rstrip("\n") if diff else f"{proposal.model}: no change")
 
 
 def _with_arch_failure(

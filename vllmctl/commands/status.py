@@ -1,12 +1,14 @@
 """`vllmctl status INVENTORY`: per host and model, the service, release, health, load, KV cache and advice.
 
-Service state and release pointers come over SSH (one round trip per host); health and `/metrics` come
-straight from each server over HTTP, scraped twice `--interval` apart so rates and advice have evidence.
+Service state, release pointers and the current release's manifest (planned vs measured KV) come over SSH;
+health and `/metrics` straight from each server over HTTP, scraped twice `--interval` apart so rates and
+advice have evidence. `collect` is also what `plan --from-status` reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,16 +21,19 @@ from rich.live import Live
 from vllmctl.advice import advise
 from vllmctl.bench.endpoints import Endpoint, endpoints_for
 from vllmctl.console import Ui
-from vllmctl.desired import unit_name
+from vllmctl.desired import HostContext, unit_name
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.kv_record import recorded_kv
 from vllmctl.metrics import EngineMetrics, parse_metrics, rates
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts, served_plan
+from vllmctl.releases import MANIFEST, RELEASES_DIR
+from vllmctl.runner.fleet import host_contexts, runs_on_cpu, select_hosts, served_plan, ssh_remote
 from vllmctl.status_view import ModelStatus, findings, status_json, status_table
 
 HTTP_TIMEOUT_S = 5.0
+CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,6 +70,30 @@ def scrape(client: httpx.Client, endpoint: Endpoint) -> Scrape:
     return Scrape(healthy, metrics)
 
 
+def _json_or_none(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Per host {"facts": units and release pointers, "manifest": the current release's} or {"error"}."""
+
+    def one(name: str) -> dict[str, Any]:
+        remote = ssh_remote(contexts[name])
+        try:
+            facts = remote.gather({"units": (), "releases": ()}, timeout_s)
+            return {"facts": facts, "manifest": _json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
+        except VllmctlError as exc:
+            return {"error": exc.message, "hint": exc.hint}
+        finally:
+            remote.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(contexts)))) as pool:
+        return dict(zip(contexts, pool.map(one, contexts), strict=True))
+
+
 def scrape_all(endpoints: Sequence[Endpoint]) -> list[Scrape]:
     with (
         httpx.Client(timeout=HTTP_TIMEOUT_S) as client,
@@ -81,11 +110,15 @@ def build_statuses(
     before: Sequence[Scrape],
     after: Sequence[Scrape],
     dt_s: float,
+    between: Sequence[Sequence[Scrape]] = (),
 ) -> list[ModelStatus]:
-    """Pure: endpoints, host facts, the plan and two scrapes in; one ModelStatus per endpoint out."""
+    """Pure: endpoints, host facts, the plan and the scrapes in; one ModelStatus per endpoint out.
+
+    Rates come from the first and last scrape (`dt_s` apart); advice reads every scrape, `between` too.
+    """
     plans = {(e.host, e.model): e.plan for e in plan.entries if e.plan is not None}
     statuses = []
-    for endpoint, first, last in zip(endpoints, before, after, strict=True):
+    for index, (endpoint, first, last) in enumerate(zip(endpoints, before, after, strict=True)):
         gathered = facts.get(endpoint.host, {})
         model = inv.models[endpoint.model]
         port = model.port + endpoint.replica
@@ -101,7 +134,13 @@ def build_statuses(
         engine = (model.engine or inv.hosts[endpoint.host].engine).name
         engine_args = dict(deployment.engine_args) if deployment else dict(model.engine_args)
         change = rates(first.metrics, last.metrics, dt_s) if first.metrics and last.metrics else None
-        snapshots = [m for m in (first.metrics, last.metrics) if m is not None]
+        scrapes = (first, *(round_[index] for round_ in between), last)
+        answered = [scraped for scraped in scrapes if scraped.metrics is not None]
+        snapshots = [scraped.metrics for scraped in answered if scraped.metrics is not None]
+        # a busy server can miss one scrape's deadline: the latest answer stands for it
+        latest = answered[-1] if answered else last
+        on_cpu = runs_on_cpu(inv, endpoint.host, endpoint.model)
+        predicted, measured = recorded_kv(gathered.get("manifest"), endpoint.model, endpoint.replica)
         statuses.append(
             ModelStatus(
                 host=endpoint.host,
@@ -109,12 +148,13 @@ def build_statuses(
                 port=port,
                 service_state=str(unit.get("active_state", "not installed")),
                 release=release,
-                healthy=last.healthy,
-                metrics=last.metrics,
+                healthy=latest.healthy,
+                metrics=latest.metrics,
                 rates=change,
-                advice=tuple(advise(engine, engine_args, snapshots, change)),
-                planned_kv_tokens=_planned_tokens(deployment),
-                error=last.error if last.metrics is None else "",
+                advice=tuple(advise(engine, engine_args, snapshots, change, on_cpu=on_cpu)),
+                planned_kv_tokens=predicted if predicted is not None else _planned_tokens(deployment),
+                measured_kv_tokens=measured,
+                error=latest.error if latest.metrics is None else "",
             )
         )
     return statuses
@@ -125,16 +165,38 @@ def _planned_tokens(deployment: Any) -> int | None:
     return int(tokens) if tokens is not None else None
 
 
+def collect(
+    inv: Inventory,
+    hosts: list[str],
+    plan: InventoryPlan,
+    models: Sequence[str] = (),
+    interval_s: float = 1.0,
+    timeout_s: float = 30.0,
+    samples: int = 2,
+) -> list[ModelStatus]:
+    """Facts over SSH, then `samples` scrapes spread over `interval_s`: one ModelStatus per engine process.
+
+    More samples make "requests wait" and "the batch is full" less a matter of when a scrape lands (a
+    gauge read right after requests finished shows a batch that the next step refills).
+    """
+    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts())
+    facts = gather_hosts(host_contexts(inv, hosts, {}), timeout_s)
+    first = scrape_all(endpoints)
+    started = time.monotonic()
+    between = []
+    for _ in range(max(samples, 2) - 2):
+        time.sleep(interval_s / (max(samples, 2) - 1))
+        between.append(scrape_all(endpoints))
+    time.sleep(interval_s / (max(samples, 2) - 1))
+    last = scrape_all(endpoints)
+    dt_s = time.monotonic() - started
+    return build_statuses(inv, endpoints, facts, plan, first, last, dt_s, between)
+
+
 def _gather(
     args: argparse.Namespace, inv: Inventory, hosts: list[str], plan: InventoryPlan
 ) -> list[ModelStatus]:
-    endpoints = endpoints_for(inv, hosts, args.model, plan.replica_counts())
-    facts = gather_fleet_facts(host_contexts(inv, hosts, {}), ("units", "releases"), args.timeout, 16)
-    first = scrape_all(endpoints)
-    started = time.monotonic()
-    time.sleep(args.interval)
-    last = scrape_all(endpoints)
-    return build_statuses(inv, endpoints, facts, plan, first, last, time.monotonic() - started)
+    return collect(inv, hosts, plan, args.model, args.interval, args.timeout)
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:

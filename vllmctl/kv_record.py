@@ -1,0 +1,183 @@
+"""Plan vs measured KV cache per release: the prediction a release manifest carries (the GPU planner's, or
+vLLM-CPU's fixed KV space), what each engine logged at startup (its journal), and reading both back.
+
+Pure except `KvPredictor`, which loads model configs (local files or the shipped catalog, never the hub).
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from vllmctl.desired import HostContext, unit_name
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory.model import Inventory
+from vllmctl.metrics import MeasuredKv, parse_startup_log
+from vllmctl.ops import Command, Step, Upload
+from vllmctl.planner.cpu_kv import predict_cpu_kv
+from vllmctl.planner.inventory_plan import InventoryPlan, plan_inventory
+from vllmctl.releases import MANIFEST, Manifest, release_dir
+from vllmctl.runner.fleet import load_model_archs
+
+KV_KEY = "kv"  # manifest.plan[model]["kv"] = {"predicted": {...}, "measured": {unit: {...}}}
+UNIT_MARK = "@@vllmctl-kv-unit"
+# Only the lines parse_startup_log reads travel back: a long-running server's journal is mostly requests.
+STARTUP_LINE_MARKERS = (
+    "KV cache",
+    "Maximum concurrency",
+    "weights took",
+    "Model loading took",
+    "for weight",
+    "weights take",
+    "GPU blocks",
+    "num_gpu_blocks",
+)
+JOURNAL_LINES = 200
+
+
+def gpu_predictions(ctx: HostContext, plan: InventoryPlan) -> dict[str, dict[str, Any]]:
+    """The planner's KV figures for this host's GPU deployments, where the plan is the one being served
+    (same engine args as the units; a plan made from gathered GPU facts may differ and is left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in plan.entries:
+        if entry.host != ctx.host.name or entry.plan is None:
+            continue
+        model = ctx.inventory.models[entry.model]
+        on_cpu = ctx.engine(model).distribution.endswith("-cpu")  # the planner sizes GPUs a CPU build ignores
+        if on_cpu or dict(entry.plan.engine_args) != dict(ctx.plan(model).engine_args):
+            continue
+        memory = entry.plan.memory
+        found[entry.model] = {
+            "kv_tokens": int(memory.kv_cache_tokens),
+            "max_concurrency": float(memory.max_concurrency),
+            "source": "planner",
+        }
+    return found
+
+
+def cpu_predictions(ctx: HostContext, archs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    env = {str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()}
+    found: dict[str, dict[str, Any]] = {}
+    for model in ctx.models():
+        arch = archs.get(model.source)
+        if arch is None or not ctx.engine(model).distribution.endswith("-cpu"):
+            continue
+        predicted = predict_cpu_kv(arch, env, ctx.plan(model).engine_args, model.max_model_len)
+        if predicted is not None:
+            found[model.name] = predicted.to_json()
+    return found
+
+
+class KvPredictor:
+    """ctx -> model -> predicted KV figures. Plans the inventory once per apply (hosts gate in parallel)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._planned: tuple[Inventory, dict[str, Any], InventoryPlan] | None = None
+
+    def _plan(self, inv: Inventory) -> tuple[dict[str, Any], InventoryPlan]:
+        with self._lock:
+            if self._planned is None or self._planned[0] is not inv:
+                archs, _ = load_model_archs(inv, online=False)
+                self._planned = (inv, archs, plan_inventory(inv, None, archs))
+            return self._planned[1], self._planned[2]
+
+    def __call__(self, ctx: HostContext) -> dict[str, dict[str, Any]]:
+        try:
+            archs, plan = self._plan(ctx.inventory)
+        except VllmctlError:
+            return {}
+        return gpu_predictions(ctx, plan) | cpu_predictions(ctx, archs)
+
+
+def _with_kv(manifest: Manifest, model: str, kv: Mapping[str, Any]) -> Manifest:
+    plans = {name: dict(entry) for name, entry in manifest.plan.items()}
+    plans.setdefault(model, {})[KV_KEY] = dict(kv)
+    return replace(manifest, plan=plans)
+
+
+def with_predictions(manifest: Manifest, predictions: Mapping[str, Mapping[str, Any]]) -> Manifest:
+    for model, predicted in sorted(predictions.items()):
+        if model in manifest.models:
+            manifest = _with_kv(manifest, model, {"predicted": dict(predicted)})
+    return manifest
+
+
+def startup_lines_command(units: list[str]) -> Command:
+    """Per unit, the KV lines its current run logged: journal entries of its systemd invocation only."""
+    grep = " ".join(f"-e {shlex.quote(marker)}" for marker in STARTUP_LINE_MARKERS)
+    loop = " ".join(shlex.quote(u) for u in sorted(units))
+    return Command(
+        shell=f"for u in {loop}; do printf '{UNIT_MARK} %s\\n' \"$u\"; "
+        'id=$(systemctl show -p InvocationID --value -- "$u" 2>/dev/null); '
+        '[ -n "$id" ] && journalctl "_SYSTEMD_INVOCATION_ID=$id" -o cat --no-pager 2>/dev/null '
+        f"| grep -F {grep} | tail -n {JOURNAL_LINES}; done; true"
+    )
+
+
+def parse_startup_lines(output: str) -> dict[str, MeasuredKv]:
+    """unit -> what its log says; units whose log holds no KV size are left out."""
+    measured: dict[str, MeasuredKv] = {}
+    for block in output.split(f"{UNIT_MARK} ")[1:]:
+        unit, _, text = block.partition("\n")
+        found = parse_startup_log(text)
+        if found.kv_tokens is not None:
+            measured[unit.strip()] = found
+    return measured
+
+
+def _deviation(measured: float | None, predicted: Any) -> float | None:
+    if measured is None or not isinstance(predicted, int | float) or not predicted:
+        return None
+    return round((measured - predicted) / predicted, 4)
+
+
+def with_measured(manifest: Manifest, measured: Mapping[str, MeasuredKv]) -> Manifest:
+    """The manifest with each unit's measured figures beside its model's prediction, with the deviation."""
+    for model, served in sorted(manifest.models.items()):
+        units = [unit_name(model, index) for index in range(len(served.get("ports", [])))]
+        found = {unit: measured[unit] for unit in units if unit in measured}
+        if not found:
+            continue
+        kv = dict(manifest.plan.get(model, {}).get(KV_KEY, {}))
+        predicted = kv.get("predicted", {})
+        kv["measured"] = {
+            unit: {
+                "kv_tokens": m.kv_tokens,
+                "max_concurrency": m.max_concurrency,
+                "concurrency_context": m.concurrency_context,
+                "available_kv_gib": m.available_kv_gib,
+                "num_blocks": m.num_blocks,
+                "kv_tokens_deviation": _deviation(m.kv_tokens, predicted.get("kv_tokens")),
+                "max_concurrency_deviation": _deviation(m.max_concurrency, predicted.get("max_concurrency")),
+            }
+            for unit, m in sorted(found.items())
+        }
+        manifest = _with_kv(manifest, model, kv)
+    return manifest
+
+
+def recorded_kv(
+    manifest: Mapping[str, Any] | None, model: str, replica: int
+) -> tuple[int | None, int | None]:
+    """(predicted, measured) KV tokens a manifest (as JSON) records for one replica; None where absent."""
+    plan = (manifest or {}).get("plan")
+    entry = plan.get(model) if isinstance(plan, Mapping) else None
+    kv = entry.get(KV_KEY) if isinstance(entry, Mapping) else None
+    if not isinstance(kv, Mapping):
+        return None, None
+    predicted = (kv.get("predicted") or {}).get("kv_tokens")
+    measured = ((kv.get("measured") or {}).get(unit_name(model, replica)) or {}).get("kv_tokens")
+    return (
+        int(predicted) if isinstance(predicted, int | float) else None,
+        int(measured) if isinstance(measured, int | float) else None,
+    )
+
+
+def record_kv_step(manifest: Manifest) -> Step:
+    """Rewrites the manifest with its KV figures; what it serves (units, venv: the id) is unchanged."""
+    target = release_dir(manifest.id)
+    return Step("release_kv", target, (Upload(f"{target}/{MANIFEST}", manifest.to_json()),))
