@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,31 +13,10 @@ from vllmctl import cli
 from vllmctl.commands import status as status_command
 from vllmctl.inventory import load_inventory
 
-QUEUEING = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu" / "metrics_queueing.txt"
-).read_text()
-
-
-class _QueueingVllm(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = {"/health": b"", "/metrics": QUEUEING.encode()}.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.end_headers()
-        self.wfile.write(body or b"")
-
 
 @pytest.fixture
-def port() -> Iterator[int]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _QueueingVllm)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(httpd.server_address[1])
-    finally:
-        httpd.shutdown()
+def port(queueing_vllm_port: int) -> int:
+    return queueing_vllm_port
 
 
 def _inventory(tmp_path: Path, port: int, ssh_port: int = 22) -> Path:

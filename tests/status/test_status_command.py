@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -65,26 +62,9 @@ def test_statuses_combine_facts_metrics_and_advice(inventory: Path) -> None:
     assert not second.ok
 
 
-class _FakeVllm(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        body = {"/health": b"", "/metrics": QUEUEING.encode()}.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.end_headers()
-        self.wfile.write(body or b"")
-
-
 @pytest.fixture
-def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
+def server(queueing_vllm_port: int) -> str:
+    return f"http://127.0.0.1:{queueing_vllm_port}"
 
 
 def test_scrape_reads_health_and_metrics_over_http(server: str) -> None:
