@@ -33,6 +33,7 @@ class Script:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    counted = False  # this request is in the server's in-flight count
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -67,11 +68,20 @@ class _Handler(BaseHTTPRequestHandler):
         with script.lock:
             script.in_flight += 1
             script.most_in_flight = max(script.most_in_flight, script.in_flight)
+            self.counted = True
         try:
             self._stream(body)
         finally:
-            with script.lock:
+            self._leave()
+
+    def _leave(self) -> None:
+        """Counted out before the last byte goes: once the client has [DONE] it may send its next request
+        before this thread runs again, and that must not count as one more in flight."""
+        script = self.server.script
+        with script.lock:
+            if self.counted:
                 script.in_flight -= 1
+                self.counted = False
 
     def _stream(self, body: dict[str, Any]) -> None:
         model = body["model"]
@@ -94,6 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
             "total_tokens": prompt_tokens + tokens,
         }
         self._event({"id": "cmpl-1", "choices": [], "usage": usage})
+        self._leave()
         self.wfile.write(b"data: [DONE]\n\n")
 
     def _event(self, payload: Any) -> None:

@@ -18,6 +18,8 @@ def test_gathered_gpus_replace_declared_ones(
     lab_fleet: LabFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = yaml.safe_load(lab_fleet.inventory.read_text())
+    # the GPU build of vLLM: the lab's CPU build sizes its own memory and gets no GPU plan to compare
+    data["defaults"]["engine"] = {"name": "vllm", "version": "0.11.0"}
     first, second = list(data["hosts"])[:2]
     for host in (first, second):
         data["hosts"][host]["gpus"] = {"model": "L4", "count": 1}  # deliberately wrong declarations
