@@ -29,7 +29,8 @@ from vllmctl.kv_record import recorded_kv
 from vllmctl.metrics import EngineMetrics, parse_metrics, rates
 from vllmctl.planner.inventory_plan import InventoryPlan
 from vllmctl.releases import MANIFEST, RELEASES_DIR
-from vllmctl.runner.fleet import host_contexts, runs_on_cpu, select_hosts, served_plan, ssh_remote
+from vllmctl.runner.fleet import host_contexts, on_each_host, runs_on_cpu, select_hosts, served_plan
+from vllmctl.runner.remote import SshRemote
 from vllmctl.status_view import ModelStatus, findings, status_json, status_table
 
 HTTP_TIMEOUT_S = 5.0
@@ -80,18 +81,11 @@ def _json_or_none(text: str | None) -> Any:
 def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[str, dict[str, Any]]:
     """Per host {"facts": units and release pointers, "manifest": the current release's} or {"error"}."""
 
-    def one(name: str) -> dict[str, Any]:
-        remote = ssh_remote(contexts[name])
-        try:
-            facts = remote.gather({"units": (), "releases": ()}, timeout_s)
-            return {"facts": facts, "manifest": _json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
-        except VllmctlError as exc:
-            return {"error": exc.message, "hint": exc.hint}
-        finally:
-            remote.close()
+    def one(remote: SshRemote) -> dict[str, Any]:
+        facts = remote.gather({"units": (), "releases": ()}, timeout_s)
+        return {"facts": facts, "manifest": _json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(contexts)))) as pool:
-        return dict(zip(contexts, pool.map(one, contexts), strict=True))
+    return on_each_host(contexts, one, forks=16)
 
 
 def scrape_all(endpoints: Sequence[Endpoint]) -> list[Scrape]:

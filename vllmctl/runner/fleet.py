@@ -7,7 +7,7 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -83,16 +83,15 @@ def ssh_remote(ctx: HostContext) -> SshRemote:
     return SshRemote(SshTransport(ctx.host))
 
 
-def gather_fleet_facts(
-    contexts: Mapping[str, HostContext], facts: tuple[str, ...], timeout_s: float, forks: int
+def on_each_host(
+    contexts: Mapping[str, HostContext], work: Callable[[SshRemote], dict[str, Any]], forks: int
 ) -> dict[str, dict[str, Any]]:
-    """Per host either {"facts": {...}} or {"error": message, "hint": hint}; one round trip per host."""
-    requests: dict[str, tuple[str, ...]] = {name: () for name in facts}
+    """Per host what `work` returns over its own SSH connection, or {"error": message, "hint": hint}."""
 
-    def gather(name: str) -> dict[str, Any]:
+    def one(name: str) -> dict[str, Any]:
         remote = ssh_remote(contexts[name])
         try:
-            return {"facts": remote.gather(requests, timeout_s)}
+            return work(remote)
         except VllmctlError as exc:
             return {"error": exc.message, "hint": exc.hint}
         finally:
@@ -100,7 +99,15 @@ def gather_fleet_facts(
 
     hosts = list(contexts)
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
-        return dict(zip(hosts, pool.map(gather, hosts), strict=True))
+        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+
+
+def gather_fleet_facts(
+    contexts: Mapping[str, HostContext], facts: tuple[str, ...], timeout_s: float, forks: int
+) -> dict[str, dict[str, Any]]:
+    """Per host either {"facts": {...}} or {"error": message, "hint": hint}; one round trip per host."""
+    requests: dict[str, tuple[str, ...]] = {name: () for name in facts}
+    return on_each_host(contexts, lambda remote: {"facts": remote.gather(requests, timeout_s)}, forks)
 
 
 def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch], dict[str, VllmctlError]]:
