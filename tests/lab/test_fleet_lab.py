@@ -31,6 +31,21 @@ def test_hosts_are_distinct_machines_running_systemd(lab_fleet: LabFleet) -> Non
     assert len(seen) == len(lab_fleet.hosts) == 4
 
 
+def test_the_fleet_weighs_below_the_controller_for_cpu(lab_fleet: LabFleet) -> None:
+    """A host's processes (its systemd, its sshd) are in the fleet's CPU cgroup, whose weight is a quarter of
+    one controller process: a busy engine on a lab host cannot starve the tool driving it."""
+    if not Path("/sys/fs/cgroup/cpu/cpu.shares").exists():
+        pytest.skip("no cgroup v1 CPU controller on this machine: the fleet runs unweighted")
+    fleet_cgroup = Path("/sys/fs/cgroup/cpu") / f"vllmctl-lab-{lab_fleet.name}"
+    assert fleet_cgroup.joinpath("cpu.shares").read_text().strip() == "256"
+    host_cgroup = fleet_cgroup / lab_fleet.hosts[0].name
+    pids = {int(p) for procs in host_cgroup.rglob("cgroup.procs") for p in procs.read_text().split()}
+    commands = {
+        Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids if Path(f"/proc/{pid}").exists()
+    }
+    assert {"systemd", "sshd"} <= commands, commands
+
+
 def test_host_keys_are_unique_and_checked_strictly(lab_fleet: LabFleet, tmp_path: Path) -> None:
     keys = [line.split()[2] for line in lab_fleet.known_hosts.read_text().splitlines()]
     assert len(set(keys)) == 4

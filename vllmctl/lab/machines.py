@@ -1,6 +1,7 @@
 """Lab host machines: an overlay root with its own identity, booted by systemd-nspawn under a relaunch loop.
 
-Each host's launcher lives in its own cgroup subtree (needed by `--keep-unit`); that is how it is stopped.
+Each host's launcher lives in its own cgroup subtree (needed by `--keep-unit`); that is how it is stopped,
+and, where the CPU controller allows, how the fleet is weighted below the controller's own processes.
 """
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ from vllmctl.lab.sh import run, try_run
 
 OPS_UID = 1000
 REBOOT_EXIT = 133
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+# On a real fleet the controller has its own machine; here the hosts share its cores, and an engine under load
+# runs dozens of busy threads that would each get the CPU share of a controller process. The whole fleet
+# weighs as a quarter of one controller process (1024) when both want the CPU, and takes all of it otherwise.
+FLEET_CPU_SHARES = 256
 
 
 def cgroup_roots() -> list[Path]:
-    """The hierarchies a launcher must join: hybrid hosts have two, pure cgroup v2 hosts one."""
+    """The hierarchies a launcher joins: hybrid hosts have two (plus the v1 CPU controller, for the fleet's
+    weight), pure cgroup v2 hosts one."""
     hybrid = [Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified")]
     present = [root for root in hybrid if (root / "cgroup.procs").exists()]
+    if present and (CPU_V1 / "cpu.shares").exists():
+        present.append(CPU_V1)
     return present or [Path("/sys/fs/cgroup")]
 
 
@@ -100,6 +109,8 @@ def launch(layout: FleetLayout, host: LabHost, host_dir: Path) -> int:
     cgroups = host_cgroups(layout, host)
     for cgroup in cgroups:
         cgroup.mkdir(parents=True, exist_ok=True)
+    if CPU_V1 in cgroup_roots():
+        (CPU_V1 / layout.cgroup / "cpu.shares").write_text(f"{FLEET_CPU_SHARES}\n")
     stop_file = host_dir / "stop"
     stop_file.unlink(missing_ok=True)
     join = "; ".join(f"echo $$ > {shlex.quote(str(c / 'cgroup.procs'))}" for c in cgroups)
