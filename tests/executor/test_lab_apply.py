@@ -122,6 +122,46 @@ def test_check_after_a_manual_edit_shows_exactly_that_unit_and_changes_nothing(l
     converge(lab)
 
 
+def test_a_unit_file_systemd_never_reloaded_is_reloaded_by_the_next_apply(lab: dict[str, Any]) -> None:
+    """An apply killed between writing a unit and `daemon-reload` leaves the right file and a stale loaded
+    unit; a restart then would start the old command line. The next apply plans the reload from state."""
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    host = fleet.hosts[2]
+    # systemd keeps only a live unit loaded (a failed one is re-read from disk), so the engine must run:
+    # this playbook installs no engine, so a stand-in that sleeps takes the venv's python path
+    python = sh(fleet, host, f"sed -n 's/^ExecStart=\\([^ ]*\\) .*/\\1/p' {UNIT_PATH}").strip()
+    venv = python.rsplit("/bin/", 1)[0]
+    sh(fleet, host, f"sudo test ! -e {venv}")
+    sh(
+        fleet,
+        host,
+        f"printf '#!/bin/sh\\nexec sleep infinity\\n' | sudo install -D -m 0755 /dev/stdin {python}",
+    )
+    try:
+        sh(fleet, host, f"sudo systemctl restart {UNIT} && systemctl is-active {UNIT}")
+        edit = f"sudo sed -i 's/^RestartSec=.*/RestartSec=1/' {UNIT_PATH} && sudo systemctl daemon-reload"
+        sh(
+            fleet,
+            host,
+            f"sudo cp {UNIT_PATH} /root/unit.keep && {edit} && sudo cp /root/unit.keep {UNIT_PATH}",
+        )
+        loaded = f"systemctl show -p RestartUSec -p NeedDaemonReload {UNIT}"
+        assert sh(fleet, host, loaded).split() == ["RestartUSec=1s", "NeedDaemonReload=yes"]
+        code, doc, stderr = apply(lab, "--check")
+        assert code == 3, stderr
+        assert {name: n for name, n in changed(doc).items() if n} == {host.name: 2}, stderr
+        planned = {s["op"]: s for s in doc["hosts"][host.name]["steps"] if s["status"] == "planned"}
+        assert planned["systemd_unit"]["commands"] == ["systemctl daemon-reload"]
+        # and the stand-in this playbook does not run is stopped, as before
+        assert planned["service"]["commands"] == [f"systemctl stop {UNIT}"], planned
+        code, doc, stderr = apply(lab)
+        assert code == 0 and changed(doc)[host.name] == 2, stderr
+        assert sh(fleet, host, loaded).split() == ["RestartUSec=10s", "NeedDaemonReload=no"]
+    finally:
+        sh(fleet, host, f"sudo systemctl stop {UNIT}; sudo rm -rf {venv} /root/unit.keep")
+
+
 def test_limit_touches_only_the_named_hosts(lab: dict[str, Any]) -> None:
     fleet: LabFleet = lab["fleet"]
     converge(lab)

@@ -78,7 +78,8 @@ def parse_users(output: str, exit_code: int) -> dict[str, dict[str, Any]]:
 
 UNITS_COMMAND = (
     f'cd {UNIT_DIR} 2>/dev/null && set -- {UNIT_GLOB}.service && [ -e "$1" ] && '
-    'systemctl show -p Id,LoadState,ActiveState,SubState,UnitFileState,FragmentPath -- "$@"; true'
+    "systemctl show -p Id,LoadState,ActiveState,SubState,UnitFileState,FragmentPath,NeedDaemonReload "
+    '-- "$@"; true'
 )
 _UNIT_KEYS = {
     "LoadState": "load_state",
@@ -86,6 +87,7 @@ _UNIT_KEYS = {
     "SubState": "sub_state",
     "UnitFileState": "unit_file_state",
     "FragmentPath": "fragment_path",
+    "NeedDaemonReload": "need_daemon_reload",
 }
 
 

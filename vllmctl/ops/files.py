@@ -86,7 +86,7 @@ def unit_path(name: str) -> str:
 
 
 def _unit_facts(args: Args) -> FactRequests:
-    return {"paths": (unit_path(str(args["name"])),)}
+    return {"paths": (unit_path(str(args["name"])),), "units": ()}
 
 
 def _plan_systemd_unit(args: Args, facts: Facts) -> Step:
@@ -94,6 +94,10 @@ def _plan_systemd_unit(args: Args, facts: Facts) -> Step:
     file_args = {"path": unit_path(name), "content": args["content"], "mode": "0644", "owner": "root"}
     step = _plan_file({**file_args, "group": "root"}, facts, op="systemd_unit")
     if not step.changed:
+        # the file is right but systemd still runs the old text (an apply died between upload and reload):
+        # a restart now would start the old command line, so the reload comes from state too
+        if facts.get("units", {}).get(name, {}).get("need_daemon_reload") == "yes":
+            return Step("systemd_unit", name, (run("systemctl", "daemon-reload"),))
         return noop("systemd_unit", name, f"unit {name} is up to date")
     return Step("systemd_unit", name, (*step.actions, run("systemctl", "daemon-reload")), change=step.change)
 
