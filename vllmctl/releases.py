@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -72,10 +73,10 @@ def release_id(created_at: datetime, serving: str) -> str:
     return f"{created_at.strftime('%Y%m%dT%H%M%SZ')}-{serving[:8]}"
 
 
-def manifest_from_json(text: str, where: str) -> Manifest:
+def manifest_from_json(text: str, where: str, kind: type[Manifest] = Manifest) -> Manifest:
     try:
         doc = json.loads(text)
-        return Manifest(**{k: doc[k] for k in Manifest.__dataclass_fields__ if k in doc})
+        return kind(**{k: doc[k] for k in kind.__dataclass_fields__ if k in doc})
     except (ValueError, TypeError) as exc:
         raise ReleaseError(
             f"{where}: unreadable release manifest ({exc})",
@@ -83,8 +84,8 @@ def manifest_from_json(text: str, where: str) -> Manifest:
         ) from exc
 
 
-def release_dir(release: str) -> str:
-    return f"{RELEASES_DIR}/{release}"
+def release_dir(release: str, root: str = RELEASES_DIR) -> str:
+    return f"{root}/{release}"
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,16 @@ class HostReleases:
         return next((r for r in self.releases if r.id == release), None)
 
 
-def listing_command() -> str:
-    """One round trip: every release's files and markers, the pointers, and which venvs exist."""
-    root = shlex.quote(RELEASES_DIR)
+def listing_command(root: str = RELEASES_DIR, pointers_root: str | None = None) -> str:
+    """One round trip: every release's files and markers, the pointers, and which venvs exist.
+
+    `pointers_root` is where `current` and `known-good` live when not beside the releases (group releases).
+    """
+    pointer = f"{shlex.quote(pointers_root)}/$p" if pointers_root else "$p"
     return (
-        f"cd {root} 2>/dev/null || exit 0; "
-        f'for p in {" ".join(POINTERS)}; do printf \'{POINTER_MARK} %s %s\\n\' "$p" "$(readlink $p)"; done; '
+        f"cd {shlex.quote(root)} 2>/dev/null || exit 0; "
+        f"for p in {' '.join(POINTERS)}; do "
+        f'printf \'{POINTER_MARK} %s %s\\n\' "$p" "$(readlink {pointer})"; done; '
         'for d in */; do d=${d%/}; { [ -d "$d" ] && [ ! -L "$d" ]; } || continue; '
         f'm=no; [ -f "$d/{COMPLETE}" ] && m=yes; printf \'{LISTING_MARK} %s %s\\n\' "$d" "$m"; '
         f"cat \"$d/{MANIFEST}\" 2>/dev/null; printf '\\n{VERDICT_MARK}\\n'; "
@@ -144,7 +149,9 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
-def parse_listing(output: str, host: str) -> HostReleases:
+def parse_listing(
+    output: str, host: str, root: str = RELEASES_DIR, kind: type[Manifest] = Manifest
+) -> HostReleases:
     """Parse `listing_command` output; a manifest that cannot be read marks its release incomplete."""
     pointers: dict[str, str | None] = {}
     venvs: set[str] = set()
@@ -162,7 +169,7 @@ def parse_listing(output: str, host: str) -> HostReleases:
         head, _, body = block.partition("\n")
         name, _, complete = head.partition(" ")
         manifest_text, _, verdict_text = body.partition(f"{VERDICT_MARK}\n")
-        manifest = _manifest_or_none(manifest_text, f"{host}:{release_dir(name)}")
+        manifest = _manifest_or_none(manifest_text, f"{host}:{release_dir(name, root)}", kind)
         verdict = _json_or_none(verdict_text)
         is_complete = complete.strip() == "yes" and manifest is not None
         releases.append(Release(name, is_complete, manifest, verdict if isinstance(verdict, dict) else None))
@@ -174,23 +181,27 @@ def parse_listing(output: str, host: str) -> HostReleases:
     )
 
 
-def _manifest_or_none(text: str, where: str) -> Manifest | None:
+def _manifest_or_none(text: str, where: str, kind: type[Manifest]) -> Manifest | None:
     if _json_or_none(text) is None:
         return None
     try:
-        return manifest_from_json(text, where)
+        return manifest_from_json(text, where, kind)
     except ReleaseError:
         return None
 
 
-def pointer_switch(pointer: str, release: str) -> str:
+def pointer_switch(
+    pointer: str, release: str, root: str = RELEASES_DIR, pointers_root: str | None = None
+) -> str:
     """Atomic switch: a relative symlink made under a temp name, renamed over the pointer (`mv -T`).
 
     It refuses unless the release is complete, so a pointer never names a release that is not on disk.
     """
     if pointer not in POINTERS:
         raise ValueError(pointer)
-    root, rel = shlex.quote(RELEASES_DIR), shlex.quote(release)
+    home = pointers_root or root
+    target = posixpath.relpath(release_dir(release, root), home)
+    root, rel = shlex.quote(home), shlex.quote(target)
     tmp = shlex.quote(f".{pointer}.tmp")
     return (
         f"cd {root} && test -f {rel}/{COMPLETE} && ln -sfn {rel} {tmp} && mv -T {tmp} {shlex.quote(pointer)}"

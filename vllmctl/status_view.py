@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from vllmctl.advice import Advice
 from vllmctl.metrics import EngineMetrics, Rates
+
+if TYPE_CHECKING:
+    from vllmctl.multinode.group_status import ClusterState
 
 # The planner's KV figure is checked against what the engine reported at startup. Within 5 % is the
 # accuracy the planner aims for; beyond it the plan's concurrency promises do not hold.
@@ -52,6 +55,7 @@ class ModelStatus:
     measured_kv_tokens: int | None = None  # from the startup log; else the metrics' own KV capacity
     error: str = ""  # why nothing more is known, e.g. "unreachable: connection timed out"
     notes: tuple[str, ...] = ()
+    group: ClusterState | None = None  # a multi-node model: its Ray cluster, this entry being the head's
 
     @property
     def kv_tokens(self) -> int | None:
@@ -75,7 +79,8 @@ class ModelStatus:
 
     @property
     def ok(self) -> bool:
-        return not self.error and self.service_state == "active" and self.healthy is True
+        engine_ok = not self.error and self.service_state == "active" and self.healthy is True
+        return engine_ok and (self.group is None or self.group.ray_ok)
 
 
 def _number(value: float | None, digits: int = 0) -> str:
@@ -86,6 +91,11 @@ def _health(status: ModelStatus) -> str:
     if status.error:
         return "unreachable"
     return {True: "ok", False: "failing", None: MISSING}[status.healthy]
+
+
+def _service(status: ModelStatus) -> str:
+    """The engine unit's state; for a multi-node model also its Ray units and whether the cluster formed."""
+    return f"{status.service_state}, {status.group.summary()}" if status.group else status.service_state
 
 
 def _kv_cell(status: ModelStatus) -> str:
@@ -102,10 +112,10 @@ def status_row(status: ModelStatus) -> dict[str, str]:
     """One row of display text, keyed by COLUMNS."""
     m, r = status.metrics, status.rates
     return {
-        "host": status.host,
+        "host": f"{status.host} (group {status.group.group})" if status.group else status.host,
         "model": status.model,
         "port": str(status.port),
-        "service": status.service_state,
+        "service": _service(status),
         "release": status.release or MISSING,
         "health": _health(status),
         "running": _number(m.requests_running if m else None),
@@ -151,6 +161,8 @@ def findings(statuses: Sequence[ModelStatus]) -> list[str]:
             change = ", ".join(f"{k}={v}" for k, v in advice.suggested_args.items()) or "no change"
             lines.append(f"{where}: {advice.message} [{evidence}] -> {change}")
         lines.extend(f"{where}: {note}" for note in s.notes)
+        if s.group is not None:
+            lines.extend(f"{where}: group {s.group.group}: {problem}" for problem in s.group.problems())
     return lines
 
 
@@ -206,6 +218,7 @@ def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
                 "off_plan": s.kv_off_plan,
             },
             "notes": list(s.notes),
+            "group": {**s.group.to_json(), "problems": s.group.problems()} if s.group else None,
         }
         for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port))
     ]

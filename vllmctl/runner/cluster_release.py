@@ -1,0 +1,261 @@
+"""Group releases at the edge: a `vllmctl cluster` run records its release on every used node, activates it
+in the cluster's order (head Ray, worker Ray, `ray status` barrier, engine on the head), gates it (formed;
+the engine healthy) and, when it fails, re-activates the group's known-good release on every node.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllmctl.desired import unit_name
+from vllmctl.errors import VllmctlError
+from vllmctl.gate import EndpointCheck, Verdict, decide
+from vllmctl.health import FLOOR_S, HealthResult, Progress
+from vllmctl.inventory.model import Inventory
+from vllmctl.multinode import bringup
+from vllmctl.multinode.group_ops import (
+    ENGINE_SHOW,
+    activation,
+    create_group_release,
+    engine_exited,
+    engine_journal_command,
+    engine_restarts,
+    journal_errors,
+    pointer_step,
+    restart_step,
+    stop_step,
+    verdict_step,
+)
+from vllmctl.multinode.group_release import (
+    GroupManifest,
+    GroupSpec,
+    NodeStates,
+    group_manifests,
+    group_rollback_target,
+    manifests_of,
+    unchanged,
+)
+from vllmctl.multinode.units import ray_unit_name
+from vllmctl.ops.release import journal_tail_command
+from vllmctl.release_gate import EngineExitedError, HealthCheck, wait_for_health
+from vllmctl.releases import release_endpoints
+from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GroupGateOptions:
+    owner: str = "vllmctl"
+    created_at: str = ""  # ISO 8601 UTC from the edge: the source of the release id
+    inventory_digest: str = ""
+    command_timeout_s: float = 120.0
+    formed_timeout_s: float = 180.0
+    health_timeout_s: float = FLOOR_S
+    health: HealthCheck = wait_for_health
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """`unchanged`, `passed`, `rolled_back` (a failed release was undone: the group serves its known-good one
+    again), `reactivated` (a rollback asked for by hand served again) or `failed`."""
+
+    status: str
+    release: str | None = None
+    reasons: tuple[str, ...] = ()
+    rolled_back_to: str | None = None
+    ray: bringup.RayStatus | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("unchanged", "passed", "reactivated")
+
+    def to_json(self) -> dict[str, Any]:
+        found = {"status": self.status, "release": self.release, "reasons": list(self.reasons)}
+        return found | {"rolled_back_to": self.rolled_back_to, "ok": self.ok}
+
+
+def deploy_group(inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: Log) -> GroupOutcome:
+    """Record → activate → gate on every node; a failed gate rolls the whole group back to its known-good."""
+    nodes = Nodes(inv, spec.nodes, opts.command_timeout_s)
+    try:
+        states = read_states(nodes, spec.group)
+        wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
+        installed = read_units(nodes, group_units(spec.group, spec.model, spec.nodes))
+        all_active = all(
+            installed[n].get(u, ("", None))[0] == "active" for n, m in wanted.items() for u in m.units
+        )
+        if unchanged(states, wanted) and all_active:
+            current = states[spec.head].current
+            log(f"group release {current} unchanged and active on {', '.join(spec.nodes)}: not restarted")
+            return GroupOutcome("unchanged", current, ray=wait_formed(nodes, wanted[spec.head], opts, log))
+        release = wanted[spec.head].id
+        nodes.each(lambda node: nodes.step(node, create_group_release(wanted[node], states[node])))
+        log(f"group release {release} recorded on {', '.join(spec.nodes)}")
+        verdict, ray = activate_and_check(nodes, wanted, installed, opts, log)
+        for node in spec.nodes:
+            nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
+        if verdict.passed:
+            log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
+            return GroupOutcome("passed", release, verdict.reasons, ray=ray)
+        return _roll_back_after(nodes, spec.group, spec.model, release, verdict, opts, log)
+    finally:
+        nodes.close()
+
+
+def roll_back_group(
+    inv: Inventory,
+    group: str,
+    model: str,
+    hosts: Sequence[str],
+    to: str | None,
+    opts: GroupGateOptions,
+    log: Log,
+) -> GroupOutcome:
+    """`cluster --rollback`: the previous (or named) known-good group release, re-activated on every node."""
+    nodes = Nodes(inv, hosts, opts.command_timeout_s)
+    try:
+        states = read_states(nodes, group)
+        target = group_rollback_target(states, hosts, to)
+        return _reactivate(nodes, group, model, states, target, opts, log, None, ())
+    finally:
+        nodes.close()
+
+
+def _roll_back_after(
+    nodes: Nodes, group: str, model: str, failed: str, verdict: Verdict, opts: GroupGateOptions, log: Log
+) -> GroupOutcome:
+    states = read_states(nodes, group)
+    try:
+        target = group_rollback_target(states, nodes.names)
+    except VllmctlError as exc:
+        installed = read_units(nodes, group_units(group, model, nodes.names))
+        for node in nodes.names:
+            present = [unit for unit, (_state, digest) in installed[node].items() if digest is not None]
+            nodes.step(node, stop_step(present))
+        log(f"no known-good group release: the group's units are stopped on {', '.join(nodes.names)}")
+        return GroupOutcome("failed", failed, (*verdict.reasons, f"not rolled back: {exc.render()}"))
+    return _reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
+
+
+def _reactivate(
+    nodes: Nodes,
+    group: str,
+    model: str,
+    states: NodeStates,
+    target: str,
+    opts: GroupGateOptions,
+    log: Log,
+    failed: str | None,
+    reasons: tuple[str, ...],
+) -> GroupOutcome:
+    log(f"rolling group {group} back to {target} on {', '.join(nodes.names)}")
+    manifests = manifests_of(states, target)
+    installed = read_units(nodes, group_units(group, model, nodes.names))
+    back, ray = activate_and_check(nodes, manifests, installed, opts, log)
+    if back.passed:
+        return GroupOutcome(
+            "rolled_back" if failed else "reactivated", failed or target, reasons, target, ray
+        )
+    more = (*reasons, f"rollback to {target} is not serving either:", *back.reasons)
+    return GroupOutcome("failed", failed or target, more, target, ray)
+
+
+def activate_and_check(
+    nodes: Nodes,
+    manifests: Mapping[str, GroupManifest],
+    installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
+    opts: GroupGateOptions,
+    log: Log,
+) -> tuple[Verdict, bringup.RayStatus | None]:
+    """Units from the release dir on every node, `current` moved, Ray head → workers, the barrier, then the
+    engine on the head; the gate: the cluster formed and, with an engine, the engine healthy."""
+    head = nodes.names[0]
+    group, release = manifests[head].group, manifests[head].id
+    engine_unit = unit_name(manifests[head].model, 0)
+    plans = {node: activation(manifests[node], installed.get(node, {}), engine_unit) for node in nodes.names}
+    try:
+        for node in reversed(nodes.names):  # workers stop first: a worker whose head is gone drains for 30 s
+            nodes.step(node, plans[node].install)
+            nodes.step(node, pointer_step(group, "current", release))
+        for node in nodes.names:  # the head first: workers join its GCS
+            nodes.step(node, restart_step(plans[node].restart))
+            if plans[node].restart:
+                role = "head" if node == head else "worker"
+                log(f"{node}: {', '.join(plans[node].restart)} started ({role})")
+        ray = wait_formed(nodes, manifests[head], opts, log)
+    except VllmctlError as exc:  # a unit that would not start fails the release like one that never formed
+        return Verdict(False, (exc.render(),), {}), None
+    if engine_unit not in manifests[head].units:
+        return Verdict(True, (), {}), ray
+    return check_engine(nodes, manifests[head], engine_unit, opts, log), ray
+
+
+def check_engine(
+    nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log
+) -> Verdict:
+    head = manifest.head
+    show = f"systemctl show -p {ENGINE_SHOW} -- {shlex.quote(engine_unit)}"
+    before = engine_restarts(nodes.shell(head, show, sudo=False))
+
+    def watch(_progress: Progress) -> None:
+        exited = engine_exited(nodes.shell(head, show, sudo=False), before)
+        if exited:
+            raise EngineExitedError(exited)
+
+    since = nodes.shell(head, "date +%s", sudo=False).strip()
+    nodes.step(head, restart_step([engine_unit]))
+    log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
+    checks, errors = [], []
+    for model, url in release_endpoints(manifest, nodes.transports[head].host.address):
+        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch)
+        tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
+        if not health.ok:
+            errors = journal_errors(nodes.shell(head, engine_journal_command(engine_unit, since)))
+        checks.append(EndpointCheck(model, health, None, {}, tail))
+    verdict = decide(checks, require_bench=False)
+    if errors:
+        causes = "\n".join(f"    {line}" for line in errors)
+        reasons = (*verdict.reasons, f"errors the engine logged since its start:\n{causes}")
+        verdict = Verdict(False, reasons, verdict.figures)
+    return verdict
+
+
+def wait_formed(nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, log: Log) -> bringup.RayStatus:
+    """`ray status` on the head until every node and GPU of the release is there."""
+    argv = [f"{manifest.venv_path}/bin/ray", "status", f"--address={manifest.ray_address}"]
+    deadline = time.monotonic() + opts.formed_timeout_s
+    missing = "no answer yet"
+    while time.monotonic() < deadline:
+        result = nodes.transports[manifest.head].run(argv, timeout=60)
+        if result.ok:
+            status = bringup.parse_ray_status(result.stdout)
+            found = bringup.cluster_formed(status, manifest.pp, manifest.gpus_per_node)
+            if found is None:
+                log(f"ray status: {status.nodes} nodes, {status.gpus:g} GPUs")
+                return status
+            missing = found
+        else:
+            missing = (result.stderr or result.stdout).strip()[-300:]
+        time.sleep(2)
+    raise VllmctlError(
+        f"the Ray cluster of group '{manifest.group}' did not form within "
+        f"{opts.formed_timeout_s:g}s: {missing}",
+        f"see `journalctl -u {ray_unit_name(manifest.group)}` on the workers",
+    )
+
+
+def rollback_plan(
+    inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float
+) -> tuple[dict[str, str | None], str]:
+    """What `--rollback` without `--yes` shows: each node's current release, and the target (or raises)."""
+    nodes = Nodes(inv, hosts, timeout_s)
+    try:
+        states = read_states(nodes, group)
+        return {node: states[node].current for node in hosts}, group_rollback_target(states, hosts, to)
+    finally:
+        nodes.close()
