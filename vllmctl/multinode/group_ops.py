@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
 from vllmctl.ops.base import Command, Step, noop, run
-from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, unit_copy_path
+from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
 from vllmctl.releases import HostReleases, pointer_switch
 
 UNIT_MARK = "@@vllmctl-unit"
@@ -64,18 +64,7 @@ def activation(
     running = sorted(
         u for u, (state, _d) in installed.items() if state in ("active", "activating") and u not in same
     )
-    actions = []
-    if running:
-        actions.append(run("systemctl", "stop", "--", *running))
-    if gone:
-        actions.append(run("systemctl", "disable", "--", *gone))
-        actions.append(run("rm", "-f", "--", *(f"{UNIT_DIR}/{name}" for name in gone)))
-    for name in wanted:
-        actions.append(
-            run("install", "-m", "0644", "-o", "root", "-g", "root",
-                unit_copy_path(manifest.id, name, root), f"{UNIT_DIR}/{name}")
-        )  # fmt: skip
-    actions.append(run("systemctl", "daemon-reload"))
+    actions = swap_units(manifest.id, running, gone, wanted, root)
     if wanted:
         actions.append(run("systemctl", "enable", "--quiet", "--", *wanted))
     restart = tuple(u for u in wanted if u != engine_unit and u not in same)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
@@ -49,6 +49,23 @@ def create_release(manifest: Manifest, state: HostReleases, root: str = RELEASES
     return Step("release", target, tuple(actions))
 
 
+def swap_units(
+    release: str, running: Sequence[str], gone: Sequence[str], wanted: Sequence[str], root: str = RELEASES_DIR
+) -> list[Command]:
+    """Stop what runs, remove units the release does not have, install its copies, reload systemd."""
+    actions = [run("systemctl", "stop", "--", *running)] if running else []
+    if gone:
+        actions.append(run("systemctl", "disable", "--", *gone))
+        actions.append(run("rm", "-f", "--", *(f"{UNIT_DIR}/{name}" for name in gone)))
+    for name in wanted:
+        actions.append(
+            run("install", "-m", "0644", "-o", "root", "-g", "root",
+                unit_copy_path(release, name, root), f"{UNIT_DIR}/{name}")
+        )  # fmt: skip
+    actions.append(run("systemctl", "daemon-reload"))
+    return actions
+
+
 def activate_release(
     manifest: Manifest, running_units: Iterable[str], installed_units: Iterable[str]
 ) -> Step:
@@ -60,18 +77,7 @@ def activate_release(
     wanted = sorted(manifest.units)
     running = sorted(set(running_units))
     gone = sorted(set(installed_units) - set(wanted))
-    actions: list[Command | Upload] = []
-    if running:
-        actions.append(run("systemctl", "stop", "--", *running))
-    if gone:
-        actions.append(run("systemctl", "disable", "--", *gone))
-        actions.append(run("rm", "-f", "--", *(f"{UNIT_DIR}/{name}" for name in gone)))
-    for name in wanted:
-        actions.append(
-            run("install", "-m", "0644", "-o", "root", "-g", "root",
-                unit_copy_path(manifest.id, name), f"{UNIT_DIR}/{name}")
-        )  # fmt: skip
-    actions.append(run("systemctl", "daemon-reload"))
+    actions: list[Command | Upload] = [*swap_units(manifest.id, running, gone, wanted)]
     if wanted or gone:
         # Both records describe the release being left; gone, the next apply restarts and re-checks health.
         names = sorted({*wanted, *gone})
