@@ -147,3 +147,16 @@ def test_a_broken_inventory_is_reported_not_exported(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "broken.yml" in captured.err
+
+
+def test_a_multi_node_model_is_one_target_on_its_head_labelled_with_the_group(tmp_path: Path) -> None:
+    path = tmp_path / "big.yml"
+    path.write_text(
+        INVENTORY.replace("groups:\n", "groups:\n  big: {hosts: [gpu-02, gpu-01], multi_node: true, "
+        "cluster_interface: eth1}\n").replace("models:\n", "models:\n  llama-405b: "
+        "{source: meta-llama/Llama-3.1-405B-Instruct, hosts: big, port: 8100}\n")
+    )  # fmt: skip
+    groups = service_discovery(load_inventory(path))
+    labels = {"job": "vllmctl", "model": "llama-405b", "host": "gpu-02", "engine": "vllm", "group": "big"}
+    assert groups[0] == {"targets": ["[fd00::12]:8100"], "labels": labels}
+    assert groups[1:] == EXPECTED

@@ -34,13 +34,21 @@ def _hostport(address: str, port: int) -> str:
 def service_discovery(
     inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]] | None = None
 ) -> list[dict[str, Any]]:
-    """One target group per (host, model), listing each replica's address:port, in inventory order.
+    """One target group per (host, model), listing each replica's address:port, in inventory order; a
+    multi-node model one only, its group's head, labelled with the group.
 
     `plans` (host -> model -> plan) gives the replica ports `apply` deploys; without it each model runs
     one replica on its own port, as `apply` does today.
     """
     groups: list[dict[str, Any]] = []
     for model in inventory.models.values():
+        if model.cluster is not None:  # one engine over the group: only its head serves, on the model port
+            head = inventory.hosts[model.cluster.hosts[0]]
+            engine = HostContext(inventory, head, {}).engine(model).name
+            labels = {"job": JOB, "model": model.name, "host": head.name, "engine": engine}
+            labels["group"] = model.cluster.group
+            groups.append({"targets": [_hostport(head.address, model.port)], "labels": labels})
+            continue
         for host_name in model.hosts:
             host = inventory.hosts[host_name]
             context = HostContext(inventory, host, (plans or {}).get(host_name, {}))
