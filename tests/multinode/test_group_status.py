@@ -71,11 +71,13 @@ def test_the_head_also_reports_its_engine_and_ray_status_workers_only_their_unit
     assert plan.hosts == ("gpu-01", "gpu-02")
     assert node_state_script(plan, engine, "gpu-02", "10.0.0.11") == (
         "echo ray_unit=$(systemctl is-active vllmctl-ray-big.service)\n"
+        "echo release=$(readlink /var/lib/vllmctl/groups/big/current || echo -)\n"
+        "echo known_good=$(readlink /var/lib/vllmctl/groups/big/known-good || echo -)\n"
     )
     head = node_state_script(plan, engine, "gpu-01", "10.0.0.11").splitlines()
-    assert head[1] == "echo engine_unit=$(systemctl is-active vllmctl-llama-405b-0.service)"
-    assert head[2].startswith("ip=$(ip -o -4 addr show dev eth1 ")
-    assert head[3:] == [
+    assert head[3] == "echo engine_unit=$(systemctl is-active vllmctl-llama-405b-0.service)"
+    assert head[4].startswith("ip=$(ip -o -4 addr show dev eth1 ")
+    assert head[5:] == [
         '[ "$ip" = - ] && ip=10.0.0.11',
         "echo '--- ray status ---'",
         'timeout 20 /opt/vllmctl/venvs/vllm-0.11.0/bin/ray status --address="$ip":6379 2>&1 || echo '
@@ -94,6 +96,8 @@ def test_the_head_script_runs_in_a_shell_and_reads_back(load: Load, tmp_path: Pa
     state = cluster_state(plan, {"gpu-01": done.stdout, "gpu-02": "ray_unit=active\n"})
     assert state.ray_units == {"gpu-01": "active", "gpu-02": "active"}
     assert state.engine == "active"
+    # no group release on this machine: readlink finds no pointer
+    assert state.releases == {"gpu-01": "-", "gpu-02": "-"} and state.release is None
     # no Ray in this venv here: the shell's answer says so, and the group is not formed
     assert state.missing == "0 of 2 Ray nodes alive (ray status failed (exit 127))"
     assert not state.ray_ok
@@ -113,8 +117,26 @@ def test_every_unit_active_and_the_cluster_whole_is_ok(load: Load) -> None:
         "formed": True,
         "engine_unit": "vllmctl-llama-405b-0.service",
         "engine": "inactive",
+        "releases": {"gpu-01": "-", "gpu-02": "-"},
+        "known_good": {"gpu-01": "-", "gpu-02": "-"},
         "ok": True,
     }
+
+
+def test_the_group_release_is_the_one_every_node_is_on_and_a_mixed_group_is_a_problem(load: Load) -> None:
+    _, plan = planned(load)
+    pointers = "release=R1\nknown_good=R1\n"
+    state = cluster_state(
+        plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + pointers}
+    )
+    assert (state.release, state.problems()) == ("R1", [])
+    assert state.to_json()["known_good"] == {"gpu-01": "R1", "gpu-02": "R1"}
+    mixed = "release=R2\nknown_good=R1\n"
+    state = cluster_state(plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + mixed})
+    assert state.release is None
+    assert state.problems() == [
+        "nodes are on different group releases (gpu-01 R1, gpu-02 R2): re-run `vllmctl cluster`"
+    ]
 
 
 def test_a_failed_worker_unit_and_a_missing_node_are_not_ok(load: Load) -> None:
@@ -177,6 +199,17 @@ def test_the_status_entry_is_ok_only_with_the_group_whole_and_the_engine_healthy
     assert not group_entry(half).ok
     assert not group_entry(whole, healthy=False).ok
     assert not group_entry(stopped).ok
+
+
+def test_the_status_entry_shows_the_group_release_in_its_release_column(load: Load) -> None:
+    _, plan = planned(load)
+    pointers = "release=R1\nknown_good=R1\n"
+    state = cluster_state(
+        plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + pointers}
+    )
+    entry = group_entry(state)
+    assert entry.release == "R1" and status_row(entry)["release"] == "R1"
+    assert status_json([entry])["entries"][0]["release"] == "R1"
 
 
 def test_the_status_row_findings_and_json_show_the_group(load: Load) -> None:

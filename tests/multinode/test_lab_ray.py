@@ -164,8 +164,9 @@ def test_head_and_worker_form_one_ray_cluster(ray_lab: RayLab) -> None:
         "formed": True,
         "engine_unit": "vllmctl-tiny-0.service",
         "engine": "inactive",
+        "releases": {head.name: r1, worker.name: r1},
+        "known_good": {head.name: r1, worker.name: r1},
         "ok": True,
-        "releases": {"current": {head.name: r1, worker.name: r1}, "known_good": r1},
     }
 
 
@@ -177,6 +178,8 @@ def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab)
     [entry] = json.loads(shown.stdout)["entries"]  # no half-engine entry on the worker
     assert (entry["host"], entry["model"], entry["port"]) == (head.name, "tiny", 8000)
     assert (entry["service_state"], entry["healthy"], entry["ok"]) == ("inactive", False, False)
+    r1 = _pointer(ray_lab, head, "current")  # the group release the previous test recorded on both nodes
+    assert entry["release"] == r1
     assert entry["group"] == {
         "group": GROUP,
         "head": head.name,
@@ -186,6 +189,8 @@ def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab)
         "formed": True,
         "engine_unit": "vllmctl-tiny-0.service",
         "engine": "inactive",
+        "releases": {head.name: r1, worker.name: r1},
+        "known_good": {head.name: r1, worker.name: r1},
         "ok": True,
         "problems": [],
     }
@@ -193,6 +198,7 @@ def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab)
     assert table.returncode == 1, table.stderr[-3000:]
     _header, row = table.stdout.splitlines()
     assert row.split()[:8] == [head.name, "(group", f"{GROUP})", "tiny", "8000", "inactive,", "ray", "2/2"]
+    assert r1 in row
     assert "active, formed" in row
 
 
@@ -262,7 +268,7 @@ def test_vllm_cpu_over_ray_fails_its_gate_and_the_whole_group_rolls_back(ray_lab
         shown = ray_lab.vllmctl("cluster", inventory, "tiny", "--status", "--json")
         assert shown.returncode == 0, shown.stderr[-3000:]
         found = json.loads(shown.stdout)
-        assert found["releases"] == {"current": {head.name: r1, worker.name: r1}, "known_good": r1}
+        assert found["releases"] == found["known_good"] == {head.name: r1, worker.name: r1}
         assert (found["ray_units"], found["formed"]) == ({head.name: "active", worker.name: "active"}, True)
         # by hand: without --yes only the plan (exit 3); a failed release is refused; R1 again changes nothing
         planned = ray_lab.vllmctl("cluster", inventory, "tiny", "--rollback", "--to", r1)

@@ -7,10 +7,9 @@ starts when the preflight finds a problem.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
@@ -22,7 +21,7 @@ from vllmctl.multinode.group_status import ClusterState
 from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
 from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.releases import ReleaseError, inventory_digest
-from vllmctl.runner.cluster import cluster_status, prepare_nodes, release_view, run_preflight
+from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import (
     GroupGateOptions,
     GroupOutcome,
@@ -74,8 +73,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     engine = model.engine or inv.hosts[plan.head].engine
     ui.info(f"{model.name}: PP {plan.pp} x TP {plan.tp} on {', '.join(plan.hosts)} (head {plan.head})")
     if args.status:
-        releases = release_view(inv, plan.cluster.group, plan.hosts, args.timeout)
-        return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), releases, args.json)
+        return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), args.json)
     if args.rollback:
         return _roll_back(args, ui, inv, plan)
     if not args.preflight_only:
@@ -98,16 +96,17 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     return _report(ui, deploy_group(inv, spec, _gate_options(args), ui.info), plan.hosts, args.json)
 
 
-def _show_status(ui: Ui, status: ClusterState, releases: Mapping[str, Any], as_json: bool) -> int:
+def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
     if as_json:
-        ui.json(status.to_json() | {"releases": dict(releases)})
+        ui.json(status.to_json())
     else:
         units = ", ".join(f"{host} {state}" for host, state in status.ray_units.items())
         ui.data(f"group {status.group} (head {status.head}): Ray units: {units}")
         ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
         ui.data(f"{status.engine_unit} on {status.head}: {status.engine}")
-        current = ", ".join(f"{host} {found or '-'}" for host, found in releases["current"].items())
-        ui.data(f"group releases: current: {current}; known-good: {releases['known_good'] or '-'}")
+        current = ", ".join(f"{host} {found}" for host, found in status.releases.items())
+        known_good = ", ".join(f"{host} {found}" for host, found in status.known_good.items())
+        ui.data(f"group releases: current: {current}; known-good: {known_good}")
         for problem in status.problems():
             ui.warn(problem)
     return EXIT_OK if status.ray_ok else EXIT_FAILURE

@@ -1,6 +1,6 @@
 """A multi-node model's group seen as one, pure: the one script each used node runs for its state (its Ray
-unit; on the head also the engine unit and `ray status`), the answers read into a ClusterState, and which
-models `vllmctl status` shows as a group entry.
+unit and group release pointers; on the head also the engine unit and `ray status`), the answers read into
+a ClusterState, and which models `vllmctl status` shows as a group entry.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from vllmctl.desired import unit_name, venv_path
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.bringup import RayStatus, cluster_formed, parse_ray_status
+from vllmctl.multinode.group_release import group_dir
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.preflight import MISSING, interface_ip_command
 from vllmctl.multinode.units import ray_unit_name
@@ -25,6 +26,7 @@ RAY_STATUS_MARK = "--- ray status ---"
 # a head whose GCS does not answer must not hold `vllmctl status` up: it is "not formed" either way
 RAY_STATUS_TIMEOUT_S = 20
 UNREACHABLE = "unreachable"
+NO_RELEASE = "-"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,14 @@ class ClusterState:
     engine_unit: str
     engine: str  # the head's engine unit state
     errors: Mapping[str, str] = field(default_factory=dict)
+    releases: Mapping[str, str] = field(default_factory=dict)  # used node -> its `current` group release
+    known_good: Mapping[str, str] = field(default_factory=dict)  # used node -> its `known-good` pointer
+
+    @property
+    def release(self) -> str | None:
+        """The group's release when every answering node is on the same one; None when none or mixed."""
+        ids = set(self.releases.values())
+        return next(iter(ids)) if len(ids) == 1 and NO_RELEASE not in ids else None
 
     @property
     def formed(self) -> bool:
@@ -66,6 +76,9 @@ class ClusterState:
         ]
         if self.missing is not None:
             found.append(f"ray status: {self.missing}")
+        if len(set(self.releases.values())) > 1:
+            on = ", ".join(f"{host} {release}" for host, release in self.releases.items())
+            found.append(f"nodes are on different group releases ({on}): re-run `vllmctl cluster`")
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -78,6 +91,8 @@ class ClusterState:
             "formed": self.formed,
             "engine_unit": self.engine_unit,
             "engine": self.engine,
+            "releases": dict(self.releases),
+            "known_good": dict(self.known_good),
             "ok": self.ray_ok,
         }
 
@@ -85,7 +100,12 @@ class ClusterState:
 def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_address: str) -> str:
     """key=value lines: the Ray unit's state; on the head also the engine unit's state, then `ray status`
     after RAY_STATUS_MARK (at the cluster interface's address, else `head_address`)."""
-    lines = [f"echo ray_unit=$(systemctl is-active {shlex.quote(ray_unit_name(plan.cluster.group))})"]
+    pointers = shlex.quote(group_dir(plan.cluster.group))
+    lines = [
+        f"echo ray_unit=$(systemctl is-active {shlex.quote(ray_unit_name(plan.cluster.group))})",
+        f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
+        f"echo known_good=$(readlink {pointers}/known-good || echo {NO_RELEASE})",
+    ]
     if host == plan.head:
         fallback = shlex.quote(head_address)
         ray = shlex.quote(f"{venv_path(engine)}/bin/ray")
@@ -111,6 +131,8 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
     """Each used node's answer (its stdout, or the error that kept it from answering) into one state."""
     units: dict[str, str] = {}
     errors: dict[str, str] = {}
+    releases: dict[str, str] = {}
+    known_good: dict[str, str] = {}
     engine = UNREACHABLE
     ray_text: str | None = None
     for host in plan.hosts:
@@ -121,6 +143,8 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
             continue
         values, ray = parse_node_state(answer)
         units[host] = values.get("ray_unit", "unknown")
+        releases[host] = values.get("release", NO_RELEASE)
+        known_good[host] = values.get("known_good", NO_RELEASE)
         if host == plan.head:
             engine, ray_text = values.get("engine_unit", "unknown"), ray
     counted = parse_ray_status(ray_text) if ray_text else RayStatus(0, 0.0)
@@ -138,6 +162,8 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
         engine_unit=unit_name(plan.model, 0),
         engine=engine,
         errors=errors,
+        releases=releases,
+        known_good=known_good,
     )
 
 
@@ -163,6 +189,6 @@ def with_groups(
         if isinstance(state, VllmctlError):
             status = replace(status, error=status.error or f"cluster: {state.message}")
         elif state is not None:
-            status = replace(status, group=state, service_state=state.engine)
+            status = replace(status, group=state, service_state=state.engine, release=state.release)
         found.append(status)
     return found

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
 from vllmctl.multinode import bringup
-from vllmctl.multinode.group_release import group_known_good, group_listing_command, parse_group_listing
 from vllmctl.multinode.group_status import ClusterState, cluster_state, node_state_script
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import (
@@ -31,7 +29,6 @@ from vllmctl.multinode.preflight import (
     stop_listener_argv,
 )
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
-from vllmctl.releases import HostReleases
 from vllmctl.runner.fleet import fan_out
 from vllmctl.transport import SshTransport
 
@@ -160,26 +157,3 @@ def group_states(
         return cluster_status(inv, plan, model.engine or inv.hosts[plan.head].engine, timeout_s)
 
     return fan_out(models, one, FORKS)
-
-
-def release_view(inv: Inventory, group: str, hosts: Sequence[str], timeout_s: float) -> dict[str, Any]:
-    """For `cluster --status`: each node's current group release and the group's known-good id."""
-    command = group_listing_command(group)
-
-    def ask(node: str) -> HostReleases:
-        transport = SshTransport(inv.hosts[node])
-        try:
-            return parse_group_listing(
-                transport.run(command, sudo=True, timeout=timeout_s).stdout, node, group
-            )
-        finally:
-            transport.close()
-
-    answers = fan_out(hosts, ask, FORKS)
-    states = {node: found for node, found in answers.items() if not isinstance(found, VllmctlError)}
-    current = {
-        node: found.message if isinstance(found, VllmctlError) else found.current
-        for node, found in answers.items()
-    }
-    known = group_known_good(states, hosts) if len(states) == len(hosts) else None
-    return {"current": current, "known_good": known}
