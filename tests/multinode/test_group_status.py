@@ -125,13 +125,13 @@ def test_every_unit_active_and_the_cluster_whole_is_ok(load: Load) -> None:
 
 def test_the_group_release_is_the_one_every_node_is_on_and_a_mixed_group_is_a_problem(load: Load) -> None:
     _, plan = planned(load)
-    pointers = "release=R1\nknown_good=R1\n"
+    pointers = "release=releases/R1\nknown_good=releases/R1\n"
     state = cluster_state(
         plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + pointers}
     )
     assert (state.release, state.problems()) == ("R1", [])
     assert state.to_json()["known_good"] == {"gpu-01": "R1", "gpu-02": "R1"}
-    mixed = "release=R2\nknown_good=R1\n"
+    mixed = "release=releases/R2\nknown_good=releases/R1\n"
     state = cluster_state(plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + mixed})
     assert state.release is None
     assert state.problems() == [
@@ -203,7 +203,7 @@ def test_the_status_entry_is_ok_only_with_the_group_whole_and_the_engine_healthy
 
 def test_the_status_entry_shows_the_group_release_in_its_release_column(load: Load) -> None:
     _, plan = planned(load)
-    pointers = "release=R1\nknown_good=R1\n"
+    pointers = "release=releases/R1\nknown_good=releases/R1\n"
     state = cluster_state(
         plan, {"gpu-01": pointers + head_answer(), "gpu-02": "ray_unit=active\n" + pointers}
     )

@@ -143,8 +143,9 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
             continue
         values, ray = parse_node_state(answer)
         units[host] = values.get("ray_unit", "unknown")
-        releases[host] = values.get("release", NO_RELEASE)
-        known_good[host] = values.get("known_good", NO_RELEASE)
+        # the pointers are relative links into releases/: the id is the link's last part
+        releases[host] = values.get("release", NO_RELEASE).rsplit("/", 1)[-1]
+        known_good[host] = values.get("known_good", NO_RELEASE).rsplit("/", 1)[-1]
         if host == plan.head:
             engine, ray_text = values.get("engine_unit", "unknown"), ray
     counted = parse_ray_status(ray_text) if ray_text else RayStatus(0, 0.0)
