@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ray_texts import ray_status
 
 from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.errors import TransportError, VllmctlError
@@ -33,25 +34,8 @@ models:
 SINGLE = """\
   small: {source: Qwen/Qwen3-8B, hosts: gpu-03, port: 8200}
 """
-RAY_STATUS = """\
-======== Autoscaler status: 2026-11-21 10:00:00.000000 ========
-Node status
----------------------------------------------------------------
-Active:
- 1 node_4f1d8a2b9c
-{second}Pending:
- (no pending nodes)
-Recent failures:
- (no failures)
-
-Resources
----------------------------------------------------------------
-Usage:
- 0.0/4.0 CPU
- 0.0/{gpus} GPU
-"""
-WHOLE = RAY_STATUS.format(second=" 1 node_77e0aa31cd\n", gpus="16.0")
-HALF = RAY_STATUS.format(second="", gpus="8.0")
+WHOLE = ray_status(nodes=2, gpus=16.0)
+HALF = ray_status(nodes=1, gpus=8.0)
 
 
 def planned(load: Load, extra: str = "") -> tuple[Inventory, ClusterPlan]:

@@ -110,6 +110,23 @@ def test_a_mismatched_ray_version_is_reported_before_anything_starts(ray_lab: Ra
     ray_lab.nothing_started()
 
 
+def formed_group(head: str, worker: str, release: str) -> dict[str, object]:
+    """The group's state as `cluster --status --json` and `status` show it: formed, vLLM not started."""
+    return {
+        "group": GROUP,
+        "head": head,
+        "ray_units": {head: "active", worker: "active"},
+        "ray_nodes": 2,
+        "ray_gpus": 16.0,
+        "formed": True,
+        "engine_unit": "vllmctl-tiny-0.service",
+        "engine": "inactive",
+        "releases": {head: release, worker: release},
+        "known_good": {head: release, worker: release},
+        "ok": True,
+    }
+
+
 def test_head_and_worker_form_one_ray_cluster(ray_lab: RayLab) -> None:
     head, worker = ray_lab.hosts
     result = ray_lab.vllmctl("cluster", str(ray_lab.inventory("up.yml")), "tiny", "--json")
@@ -155,19 +172,7 @@ def test_head_and_worker_form_one_ray_cluster(ray_lab: RayLab) -> None:
         assert ray_lab.sh(host, f"sudo ls {GROUP_DIR}/releases").split() == [r1]
     shown = ray_lab.vllmctl("cluster", str(ray_lab.inventory("up.yml")), "tiny", "--status", "--json")
     assert shown.returncode == 0, shown.stderr[-3000:]
-    assert json.loads(shown.stdout) == {
-        "group": GROUP,
-        "head": head.name,
-        "ray_units": {head.name: "active", worker.name: "active"},
-        "ray_nodes": 2,
-        "ray_gpus": 16.0,
-        "formed": True,
-        "engine_unit": "vllmctl-tiny-0.service",
-        "engine": "inactive",
-        "releases": {head.name: r1, worker.name: r1},
-        "known_good": {head.name: r1, worker.name: r1},
-        "ok": True,
-    }
+    assert json.loads(shown.stdout) == formed_group(head.name, worker.name, r1)
 
 
 def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab) -> None:
@@ -180,20 +185,7 @@ def test_status_shows_the_formed_group_as_one_entry_on_its_head(ray_lab: RayLab)
     assert (entry["service_state"], entry["healthy"], entry["ok"]) == ("inactive", False, False)
     r1 = _pointer(ray_lab, head, "current")  # the group release the previous test recorded on both nodes
     assert entry["release"] == r1
-    assert entry["group"] == {
-        "group": GROUP,
-        "head": head.name,
-        "ray_units": {head.name: "active", worker.name: "active"},
-        "ray_nodes": 2,
-        "ray_gpus": 16.0,
-        "formed": True,
-        "engine_unit": "vllmctl-tiny-0.service",
-        "engine": "inactive",
-        "releases": {head.name: r1, worker.name: r1},
-        "known_good": {head.name: r1, worker.name: r1},
-        "ok": True,
-        "problems": [],
-    }
+    assert entry["group"] == {**formed_group(head.name, worker.name, r1), "problems": []}
     table = ray_lab.vllmctl("status", inventory, "--interval", "0")
     assert table.returncode == 1, table.stderr[-3000:]
     _header, row = table.stdout.splitlines()

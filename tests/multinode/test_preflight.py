@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import subprocess
 
+from ray_texts import ray_status
+
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
 from vllmctl.multinode.bringup import RayStatus, cluster_formed, parse_ray_status
 from vllmctl.multinode.preflight import (
@@ -126,25 +128,7 @@ def test_listener_and_probe_scripts_work_for_real_on_loopback() -> None:
         busy_socket.close()
 
 
-RAY_STATUS = """\
-======== Autoscaler status: 2026-11-21 10:00:00.000000 ========
-Node status
----------------------------------------------------------------
-Active:
- 1 node_4f1d8a2b9c
- 1 node_77e0aa31cd
-Pending:
- (no pending nodes)
-Recent failures:
- (no failures)
-
-Resources
----------------------------------------------------------------
-Usage:
- 0.0/4.0 CPU
- 0.0/16.0 GPU
- 0B/1.86GiB memory
-"""
+RAY_STATUS = ray_status(nodes=2, gpus=16.0)
 
 
 def test_ray_status_is_read_as_alive_nodes_and_gpus() -> None:
