@@ -57,8 +57,13 @@ class HostContext:
     local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
 
     def models(self) -> list[ModelDeployment]:
-        # a multi-node model is one engine over several hosts: `vllmctl cluster` brings it up, not per host
-        return [m for m in self.inventory.models.values() if self.host.name in m.hosts and m.cluster is None]
+        """The models this host serves on its own: a multi-node model is one engine over its group, brought
+        up as a group release after the per-host tasks (runner/apply_groups.py), never per host."""
+        return [m for m in self.staged_models() if m.cluster is None]
+
+    def staged_models(self) -> list[ModelDeployment]:
+        """Every model on this host, multi-node ones included: each node needs the weights and the venv."""
+        return [m for m in self.inventory.models.values() if self.host.name in m.hosts]
 
     def plan(self, model: ModelDeployment) -> ModelPlan:
         return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))
@@ -165,8 +170,10 @@ def _service_user(ctx: HostContext, params: Params) -> list[OpCall]:
 
 
 def _model_env_files(ctx: HostContext, params: Params) -> list[OpCall]:
+    """Every staged model's: a hub download reads its token there, and a multi-node engine its env."""
     return [
-        OpCall("env_file", {"path": env_path(m.name), "content": render_env(ctx, m)}) for m in ctx.models()
+        OpCall("env_file", {"path": env_path(m.name), "content": render_env(ctx, m)})
+        for m in ctx.staged_models()
     ]
 
 

@@ -22,7 +22,7 @@ def local_files(ctx: HostContext, source: str) -> Sequence[Mapping[str, Any]] | 
 def _engines(ctx: HostContext, params: Params) -> list[EngineSpec]:
     """The engines this host's models use, each once, and the host's own with `host_engine: true`."""
     found: dict[tuple[str, str], EngineSpec] = {}
-    wanted = [ctx.engine(m) for m in ctx.models()]
+    wanted = [ctx.engine(m) for m in ctx.staged_models()]
     for engine in [*wanted, ctx.host.engine] if params.get("host_engine") else wanted:
         found.setdefault((engine.name, engine.version), engine)
     return list(found.values())
@@ -87,7 +87,7 @@ def weights_mib(ctx: HostContext, model: ModelDeployment) -> float:
 def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
     """Local sources are mirrored at the same path on the host, so the unit's `--model` is the same."""
     calls: list[OpCall] = []
-    for model in ctx.models():
+    for model in ctx.staged_models():
         if model.source.startswith("/"):
             files = local_files(ctx, model.source)
             calls.append(OpCall("model_sync", {"dest": model.source, "files": files}))

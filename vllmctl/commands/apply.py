@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,13 +14,17 @@ from typing import Any
 from vllmctl.console import Ui
 from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.playbooks import Playbook, load_playbook
 from vllmctl.release_gate import GateOptions, gate_host
 from vllmctl.releases import inventory_digest
 from vllmctl.runner import RunOptions, run_playbook
+from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans, summary
+from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.execute import AfterHost
 from vllmctl.runner.fleet import (
     append_local_audit,
@@ -35,6 +39,7 @@ from vllmctl.runner.fleet import (
     ssh_remote,
 )
 from vllmctl.runner.remote import Remote
+from vllmctl.runner.results import RunResult
 from vllmctl.runner.view import Progress, show_failures, show_plan, show_recap
 
 
@@ -59,6 +64,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--keep-releases", type=int, help="releases kept per host (default: the inventory's releases.keep)"
+    )
+    parser.add_argument(
+        "--health-timeout",
+        type=float,
+        default=FLOOR_S,
+        help="seconds a multi-node engine may take to answer health (single-host: from the model's size)",
     )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
     parser.add_argument(
@@ -98,6 +109,30 @@ def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -
     return after_host
 
 
+def deploy_groups(
+    args: argparse.Namespace,
+    inventory: Inventory,
+    result: RunResult,
+    plans: Mapping[str, ClusterPlan],
+    started: str,
+    ui: Ui,
+) -> list[GroupRun]:
+    """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
+    gate = GroupGateOptions(
+        owner=lock_owner(started),
+        created_at=started,
+        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
+        command_timeout_s=min(args.command_timeout, 120.0),
+        health_timeout_s=args.health_timeout,
+    )
+    if args.no_gate:
+        why = "--no-gate: a multi-node model is only deployed as a gated group release"
+        return [GroupRun(m, p.cluster.group, p.hosts, "skipped", reasons=(why,)) for m, p in plans.items()]
+    failed = [name for name, host in result.hosts.items() if host.status != "ok"]
+    opts = GroupApplyOptions(check=args.check, gate=gate)
+    return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
+
+
 def gathered_gpus(inventory: Inventory, hosts: list[str], ui: Ui) -> dict[str, GpuFacts]:
     """GPUs from the hosts that declare none: facts fill in what the inventory leaves out."""
     undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
@@ -111,7 +146,9 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     playbook = load_playbook(args.playbook)
     hosts = select_hosts(inventory, args.limit)
-    plans = deployment_plans(inventory, hosts, gathered_gpus(inventory, hosts, ui), online=not args.offline)
+    gpus = gathered_gpus(inventory, hosts, ui)
+    plans = deployment_plans(inventory, hosts, gpus, online=not args.offline)
+    clusters = group_plans(inventory, gpus, online=not args.offline) if gates(playbook) else {}
     if not (args.check or args.yes) and sys.stdin.isatty():
         answer = input(f"converge {len(hosts)} host(s) with playbook {playbook.name!r}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
@@ -134,6 +171,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     )
     with Progress(ui, hosts) as progress:
         result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+    groups = deploy_groups(args, inventory, result, clusters, started, ui) if clusters else []
     if not args.check:
         record = {
             "time": started,
@@ -143,14 +181,31 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         }
         append_local_audit(
             local_audit_path(os.environ),
-            {**record, "hosts": {name: h.recap() for name, h in result.hosts.items()}},
+            {
+                **record,
+                "hosts": {name: h.recap() for name, h in result.hosts.items()},
+                "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
+            },
         )
     if args.json:
-        ui.json(result.to_json())
+        ui.json({**result.to_json(), "groups": {g.model: g.to_json() for g in groups}})
     else:
         show_plan(ui, result, args.verbose)
     show_failures(ui, result)
     show_recap(ui, result)
-    if result.failed:
+    show_groups(ui, groups)
+    if result.failed or any(g.failed for g in groups):
         return EXIT_FAILURE
-    return EXIT_CHANGES if args.check and result.changed else EXIT_OK
+    changed = result.changed or any(g.changed for g in groups)
+    return EXIT_CHANGES if args.check and changed else EXIT_OK
+
+
+def show_groups(ui: Ui, groups: list[GroupRun]) -> None:
+    for group, line in zip(groups, summary(groups), strict=True):
+        if group.failed:
+            reasons = "\n".join(f"  {reason}" for reason in group.reasons)
+            ui.error(f"{line}\n{reasons}")
+        elif group.status in ("would_change", "skipped"):
+            ui.warn("\n".join([line, *(f"  {reason}" for reason in group.reasons)]))
+        else:
+            ui.info(line)

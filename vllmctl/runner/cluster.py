@@ -15,6 +15,7 @@ from vllmctl.multinode import bringup
 from vllmctl.multinode.group_status import ClusterState, cluster_state, node_state_script
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import (
+    NodeFacts,
     PreflightReport,
     ProbeResult,
     Problem,
@@ -93,6 +94,31 @@ def run_preflight(
         for transport in transports.values():
             transport.close()
     return report
+
+
+def node_facts(
+    inv: Inventory,
+    model: ModelDeployment,
+    cluster: ClusterSpec,
+    engine: EngineSpec,
+    hosts: Sequence[str],
+    timeout_s: float = 60.0,
+) -> dict[str, NodeFacts]:
+    """The preflight's read-only round trip (interface address, engine and Ray versions) on `hosts`."""
+    script = node_facts_script(cluster, model, engine)
+
+    def ask(host: str) -> NodeFacts:
+        transport = SshTransport(inv.hosts[host])
+        try:
+            return parse_node_facts(transport.run(script, sudo=True, timeout=timeout_s).stdout, 0.0, 0.0)
+        finally:
+            transport.close()
+
+    found = fan_out(hosts, ask, FORKS)
+    for answer in found.values():
+        if isinstance(answer, VllmctlError):
+            raise answer
+    return {host: answer for host, answer in found.items() if not isinstance(answer, VllmctlError)}
 
 
 def _must(transport: SshTransport, command: str | list[str], what: str, timeout_s: float) -> str:
