@@ -192,7 +192,11 @@ def deployment(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) ->
     found = Deployment(lab_fleet, state, model_dir, deployment_inventory(lab_fleet, model_dir))
     try:
         inventory = found.write_inventory("deploy.yml", found.inventory_doc)
-        code, found.first, found.first_output = found.apply(inventory)
+        # Both engines compile their kernels at once on CI's 2 cores: one CI run needed over 300 s (the
+        # default for a tiny model) to warm up, this machine ~100 s. A healthy engine is not slowed by this.
+        code, found.first, found.first_output = found.apply(
+            inventory, "--health-timeout", "900", timeout=1500
+        )
         assert code == 0, found.first_output[-6000:]
         yield found
     finally:

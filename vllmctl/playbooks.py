@@ -6,7 +6,7 @@ Tasks that are not built yet fail loudly here, at load time, with the issue that
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,20 @@ class Playbook:
 
 # Names people reach for as playbooks that are commands (rollback needs the host's release history).
 COMMANDS_NOT_PLAYBOOKS = {"rollback": "it re-activates a known-good release; see `vllmctl rollback --help`"}
+
+
+def with_task_params(playbook: Playbook, task: str, params: Mapping[str, Any]) -> Playbook:
+    """The playbook with `params` added to every call of `task` (a command-line override of the playbook)."""
+    phases = tuple(
+        replace(
+            phase,
+            tasks=tuple(
+                replace(t, params={**t.params, **params}) if t.task == task else t for t in phase.tasks
+            ),
+        )
+        for phase in playbook.phases
+    )
+    return replace(playbook, phases=phases)
 
 
 def playbooks_dir() -> Path:

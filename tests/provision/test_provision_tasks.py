@@ -17,6 +17,7 @@ from vllmctl.inventory.model import (
     ModelDeployment,
     SshSettings,
 )
+from vllmctl.playbooks import load_playbook, with_task_params
 from vllmctl.provision_tasks import PROVISION_TASKS
 from vllmctl.staging import local_manifest
 
@@ -116,3 +117,16 @@ def test_local_manifest_hashes_once_and_notices_changes(tmp_path: Path) -> None:
     second = local_manifest(str(model), cache)
     assert second is not None and second[0]["sha256"] != first[0]["sha256"] and second[1] == first[1]
     assert local_manifest(str(tmp_path / "nope"), cache) is None
+
+
+def test_a_health_timeout_given_to_apply_replaces_the_size_based_deadline_in_the_site_playbook() -> None:
+    site = with_task_params(load_playbook("site"), "health_check", {"deadline_s": 900.0})
+    (params,) = [t.params for phase in site.phases for t in phase.tasks if t.task == "health_check"]
+    big = [{"name": "w", "source": "/m/w", "sha256": "a" * 64, "size": 100 * 2**30}]
+    models = {"m": ModelDeployment("m", "/m", ("h1",))}
+    (health,) = PROVISION_TASKS["health_check"](_ctx(EngineSpec(), models, local_files={"/m": big}), params)
+    assert health.args["deadline_s"] == 900.0
+    untouched = [
+        t.params for phase in load_playbook("site").phases for t in phase.tasks if t.task == "health_check"
+    ]
+    assert "deadline_s" not in untouched[0]

@@ -19,7 +19,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.planner.inventory_plan import GpuFacts
-from vllmctl.playbooks import Playbook, load_playbook
+from vllmctl.playbooks import Playbook, load_playbook, with_task_params
 from vllmctl.release_gate import GateOptions, gate_host
 from vllmctl.releases import inventory_digest
 from vllmctl.runner import RunOptions, run_playbook
@@ -68,8 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--health-timeout",
         type=float,
-        default=FLOOR_S,
-        help="seconds a multi-node engine may take to answer health (single-host: from the model's size)",
+        help="seconds an engine may take to answer health after its start "
+        f"(default: {FLOOR_S:g} s, plus 15 s per GiB of weights on a single host)",
     )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
     parser.add_argument(
@@ -99,6 +99,7 @@ def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         keep=args.keep_releases or inventory.releases.keep,
         command_timeout_s=min(args.command_timeout, 120.0),
+        health_timeout_s=args.health_timeout or FLOOR_S,
     )
 
     def after_host(
@@ -123,7 +124,7 @@ def deploy_groups(
         created_at=started,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=min(args.command_timeout, 120.0),
-        health_timeout_s=args.health_timeout,
+        health_timeout_s=args.health_timeout or FLOOR_S,
     )
     if args.no_gate:
         why = "--no-gate: a multi-node model is only deployed as a gated group release"
@@ -145,6 +146,8 @@ def gathered_gpus(inventory: Inventory, hosts: list[str], ui: Ui) -> dict[str, G
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     playbook = load_playbook(args.playbook)
+    if args.health_timeout is not None:
+        playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
     hosts = select_hosts(inventory, args.limit)
     gpus = gathered_gpus(inventory, hosts, ui)
     plans = deployment_plans(inventory, hosts, gpus, online=not args.offline)
