@@ -91,3 +91,20 @@ def test_status_shows_the_group_as_one_entry_even_when_no_node_answers(tmp_path:
     shown = vllmctl("cluster", str(inventory), "llama-405b", "--status", "--offline")
     assert shown.returncode == 1
     assert "group nodes (head gpu-01): Ray units: gpu-01 unreachable, gpu-02 unreachable" in shown.stdout
+
+
+def test_apply_refuses_a_model_that_needs_several_hosts_of_a_plain_host_list_before_touching_any(
+    tmp_path: Path,
+) -> None:
+    inventory = tmp_path / "plain.yml"  # the hosts listen on nothing: a touched host would fail differently
+    inventory.write_text(
+        UNREACHABLE.format(known=tmp_path / "known_hosts")
+        .replace("  nodes: {hosts: [gpu-01, gpu-02, gpu-03], multi_node: true, cluster_interface: eth1}\n", "")
+        .replace("groups:\n", "")
+        .replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
+    )
+    result = vllmctl("apply", str(inventory), "--check", "--offline")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"error: {inventory}: model 'llama-405b' needs several of its hosts as one engine" in result.stderr
+    assert "multi_node: true" in result.stderr and "Traceback" not in result.stderr
+    assert vllmctl("apply", str(inventory), "--check", "--offline", "--limit", "gpu-03").returncode != 2

@@ -18,6 +18,7 @@ from vllmctl.console import Ui
 from vllmctl.desired import HostContext, ModelPlan, Replica
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.plan import clusters_for
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.runner.remote import SshRemote
@@ -205,6 +206,15 @@ def deployment_plans(
     """
     archs, _ = load_model_archs(inv, online=online)
     planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs))
+    for name in clusters_for(inv, planned.entries):
+        model = inv.models[name]
+        if model.cluster is None and set(model.hosts) & set(hosts):
+            raise InputError(
+                f"{inv.path}: model {name!r} needs several of its hosts as one engine, but they are not a "
+                "multi_node group, so apply would start a part of it on each host",
+                "put those hosts in a group with `multi_node: true` and a `cluster_interface`, and name the "
+                "group in the model's hosts: apply then deploys it as one engine (docs/multinode.md)",
+            )
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     wanted.raise_for_failures()
     plans = model_plans(wanted)
