@@ -1,5 +1,6 @@
-"""The on-host health wait against real systemd units on a lab host: an engine that exits is reported at
-once (not after the deadline), with the journal tail; a running one that never answers waits it out."""
+"""The health waits against real systemd units on a lab host: an engine that exits is reported at once (not
+after the deadline), with the journal tail; a running one that never answers waits it out; a crash that
+systemd counted before a manual restart is not an exit."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from vllmctl.lab.testing import LabFleet
 from vllmctl.ops.service_start import HELPER, POLL
+from vllmctl.release_gate import exited_units
 
 pytestmark = pytest.mark.lab
 
@@ -76,3 +78,35 @@ def test_a_running_engine_that_never_answers_waits_out_the_deadline(lab_fleet: L
     assert "not ready within 4s" in stderr and "the service exited" not in stderr, stderr
     assert "loading weights" in stderr  # the journal tail
     assert stdout.count("not ready after") >= 2, stdout  # it kept polling
+
+
+def _show(lab_fleet: LabFleet, unit: str) -> str:
+    argv = ["systemctl", "show", "-p", "Id,ActiveState,NRestarts", "--", unit]
+    return lab_fleet.ssh(lab_fleet.hosts[-1], shlex.join(argv)).stdout
+
+
+def test_a_crash_before_a_manual_restart_is_forgotten_but_one_during_the_wait_is_reported(
+    lab_fleet: LabFleet,
+) -> None:
+    """The gate's watch counts any NRestarts > 0 as an exit: that is right only because real systemd resets
+    NRestarts when a unit is restarted by hand (as apply and rollback do), which this pins down."""
+    unit, marker = "vllmctl-flaky-0.service", "/run/vllmctl-flaky-crashed"
+    host = lab_fleet.hosts[-1]
+    lab_fleet.ssh(host, f"sudo rm -f {marker}")
+    _start_unit(lab_fleet, unit, f"[ -e {marker} ] || {{ touch {marker}; exit 3; }}; exec sleep 600")
+    try:
+        deadline = time.monotonic() + 60
+        while "NRestarts=1" not in _show(lab_fleet, unit) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert exited_units(_show(lab_fleet, unit)) == [f"{unit} (active, 1 restarts)"]
+        assert lab_fleet.ssh(host, f"sudo systemctl restart {unit}").returncode == 0
+        assert exited_units(_show(lab_fleet, unit)) == []
+        lab_fleet.ssh(host, f"sudo systemctl kill -s KILL {unit}")
+        deadline = time.monotonic() + 30
+        while not exited_units(_show(lab_fleet, unit)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert exited_units(_show(lab_fleet, unit)) != []
+    finally:
+        lab_fleet.ssh(
+            host, f"sudo systemctl stop {unit}; sudo systemctl reset-failed {unit}; sudo rm -f {marker}"
+        )
