@@ -130,7 +130,7 @@ def deploy_groups(
         why = "--no-gate: a multi-node model is only deployed as a gated group release"
         return [GroupRun(m, p.cluster.group, p.hosts, "skipped", reasons=(why,)) for m, p in plans.items()]
     failed = [name for name, host in result.hosts.items() if host.status != "ok"]
-    opts = GroupApplyOptions(check=args.check, gate=gate)
+    opts = GroupApplyOptions(check=args.check, gate=gate, diff=args.diff)
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
 
@@ -210,5 +210,7 @@ def show_groups(ui: Ui, groups: list[GroupRun]) -> None:
             ui.error(f"{line}\n{reasons}")
         elif group.status in ("would_change", "skipped"):
             ui.warn("\n".join([line, *(f"  {reason}" for reason in group.reasons)]))
+            for diff in group.diffs:
+                ui.data(diff.rstrip("\n"))
         else:
             ui.info(line)

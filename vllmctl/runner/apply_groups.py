@@ -5,6 +5,7 @@ then `cluster_release.deploy_group` with the engine). With --check: what that wo
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +15,14 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, unchanged
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.ops import sha256_text
+from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group
 from vllmctl.runner.fleet import load_model_archs
 from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
+from vllmctl.runner.plan import unified_diff
 
 Log = Callable[[str], None]
 FAILED = ("rolled_back", "failed", "preflight_failed", "not_started")
@@ -39,6 +42,7 @@ class GroupRun:
     release: str | None = None
     reasons: tuple[str, ...] = ()
     rolled_back_to: str | None = None
+    diffs: tuple[str, ...] = ()  # with --check --diff: each unit that would change, as a unified diff
 
     @property
     def failed(self) -> bool:
@@ -57,6 +61,7 @@ class GroupRun:
             "reasons": list(self.reasons),
             "rolled_back_to": self.rolled_back_to,
             "ok": not self.failed,
+            "diffs": list(self.diffs),
         }
 
 
@@ -104,6 +109,7 @@ def pending_changes(
 class GroupApplyOptions:
     check: bool
     gate: GroupGateOptions
+    diff: bool = False
     timeout_s: float = 60.0  # per node and preflight step
 
 
@@ -154,12 +160,14 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         try:
             states = read_states(found, group)
             installed = read_units(found, group_units(group, plan.model, nodes))
+            diffs = unit_diffs(found, wanted, installed) if opts.diff else ()
         finally:
             found.close()
         changes = [*missing_ray, *pending_changes(wanted, states, installed)]
         if not changes:
             return GroupRun(plan.model, group, nodes, "unchanged", states[plan.head].current)
-        return GroupRun(plan.model, group, nodes, "would_change", wanted[plan.head].id, tuple(changes))
+        release = wanted[plan.head].id
+        return GroupRun(plan.model, group, nodes, "would_change", release, tuple(changes), diffs=diffs)
     prepare_nodes(inv, plan, engine, engine.index_url, log)
     report = run_preflight(inv, model, plan.cluster, engine, timeout_s=opts.timeout_s)
     if not report.ok:
@@ -170,6 +178,24 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
     outcome = deploy_group(inv, group_spec(inv, plan, engine, addresses, True), opts.gate, log)
     back = outcome.rolled_back_to
     return GroupRun(plan.model, group, nodes, outcome.status, outcome.release, outcome.reasons, back)
+
+
+def unit_diffs(
+    nodes: Nodes,
+    wanted: Mapping[str, GroupManifest],
+    installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
+) -> tuple[str, ...]:
+    """Each unit whose file would change, old (read from its node) against new."""
+    diffs = []
+    for node, manifest in wanted.items():
+        for unit, text in sorted(manifest.units.items()):
+            digest = installed.get(node, {}).get(unit, ("", None))[1]
+            if digest == sha256_text(text):
+                continue
+            path = f"{UNIT_DIR}/{unit}"
+            old = nodes.shell(node, f"cat -- {shlex.quote(path)}") if digest is not None else ""
+            diffs.append(unified_diff(f"{node}:{path}", old, text))
+    return tuple(diffs)
 
 
 def summary(runs: Sequence[GroupRun]) -> list[str]:
