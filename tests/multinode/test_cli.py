@@ -97,12 +97,9 @@ def test_apply_refuses_a_model_that_needs_several_hosts_of_a_plain_host_list_bef
     tmp_path: Path,
 ) -> None:
     inventory = tmp_path / "plain.yml"  # the hosts listen on nothing: a touched host would fail differently
-    inventory.write_text(
-        UNREACHABLE.format(known=tmp_path / "known_hosts")
-        .replace("  nodes: {hosts: [gpu-01, gpu-02, gpu-03], multi_node: true, cluster_interface: eth1}\n", "")
-        .replace("groups:\n", "")
-        .replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
-    )
+    groups, models = UNREACHABLE.format(known=tmp_path / "known_hosts").split("models:\n")
+    plain_list = models.replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
+    inventory.write_text(groups.split("groups:\n")[0] + "models:\n" + plain_list)
     result = vllmctl("apply", str(inventory), "--check", "--offline")
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"error: {inventory}: model 'llama-405b' needs several of its hosts as one engine" in result.stderr

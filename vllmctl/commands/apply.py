@@ -121,6 +121,7 @@ def deploy_groups(
     """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
     gate = GroupGateOptions(
         owner=lock_owner(started),
+        break_lock=args.break_lock,
         created_at=started,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=min(args.command_timeout, 120.0),

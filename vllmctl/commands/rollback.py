@@ -1,5 +1,6 @@
 """`vllmctl rollback INVENTORY [--to ID]`: re-activate the previous (or named) known-good release on each
-host from what is still there (units from the release dir, venv from the manifest), then wait for health."""
+host from what is still there (units from the release dir, venv from the manifest), then wait for health.
+A multi-node model's group whose used nodes are all selected is rolled back as one group release."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from rich.table import Table
 
@@ -16,6 +18,8 @@ from vllmctl.console import Ui
 from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
+from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
 from vllmctl.release_gate import (
     GateOptions,
     HealthCheck,
@@ -25,7 +29,9 @@ from vllmctl.release_gate import (
     wait_for_health,
 )
 from vllmctl.releases import ReleaseError, rollback_target
+from vllmctl.runner.cluster_release import GroupGateOptions, roll_back_group, rollback_plan
 from vllmctl.runner.fleet import host_contexts, lock_owner, select_hosts, ssh_remote
+from vllmctl.runner.group_nodes import multi_node_groups
 from vllmctl.runner.remote import Remote
 
 
@@ -129,10 +135,43 @@ def _plan_table(rows: list[tuple[str, str, str]]) -> Table:
     return table
 
 
+def _selection(inv: Inventory, selected: list[str]) -> tuple[GroupSelection, list[str]]:
+    """The groups rolled back as a whole, the hosts they cover, and the multi-node models not planned."""
+    groups, unplanned = multi_node_groups(inv)
+    selection = select_groups(inv, groups, selected)
+    problems = []
+    for model, exc in unplanned.items():
+        cluster = inv.models[model].cluster
+        hosts = [h for h in selected if cluster is not None and h in cluster.hosts]
+        if hosts:
+            problems.append(f"group of {model}: not rolled back, it cannot be planned: {exc.render()}")
+        for host in hosts:
+            if multi_node_only(inv, host):
+                selection.covered[host] = f"its group's model {model} could not be planned"
+    return selection, problems
+
+
+def _group_plan(
+    args: argparse.Namespace, inv: Inventory, group: GroupNodes, problems: list[str]
+) -> dict[str, Any]:
+    try:
+        current, target = rollback_plan(inv, group.group, group.nodes, args.to, args.command_timeout)
+    except VllmctlError as exc:
+        problems.append(f"group {group.group}: {exc.render()}")
+        current, target = {}, None
+    return {"model": group.model, "nodes": list(group.nodes), "current": current, "to": target}
+
+
 def _show_plan(
-    args: argparse.Namespace, ui: Ui, contexts: Mapping[str, HostContext], remote_for: RemoteFor
+    args: argparse.Namespace,
+    ui: Ui,
+    inv: Inventory,
+    contexts: Mapping[str, HostContext],
+    remote_for: RemoteFor,
+    selection: GroupSelection,
+    problems: list[str],
 ) -> int:
-    rows, problems = [], []
+    rows = []
     for found in survey(contexts, remote_for, args.command_timeout, args.forks):
         if found.state is None:
             problems.append(f"{found.error}\n  hint: {found.hint}")
@@ -143,13 +182,50 @@ def _show_plan(
             problems.append(exc.render())
             target = "(refused)"
         rows.append((found.host, found.state.current or "-", target))
+    plan = {host: {"current": current, "to": to} for host, current, to in rows}
+    groups = {group.group: _group_plan(args, inv, group, problems) for group in selection.groups}
+    for name, group in groups.items():
+        for node, current in group["current"].items():
+            rows.append((f"{node} (group {name})", current or "-", group["to"] or "(refused)"))
     if args.json:
-        ui.json({"plan": {host: {"current": cur, "to": to} for host, cur, to in rows}, "problems": problems})
+        ui.json({"plan": plan, "groups": groups, "covered": selection.covered, "problems": problems})
     else:
         ui.table(_plan_table(rows))
+        for host, why in selection.covered.items():
+            ui.info(f"{host}: {why}")
     for problem in problems:
         ui.error(problem)
     return EXIT_FAILURE if problems else EXIT_CHANGES
+
+
+def _roll_back_groups(
+    args: argparse.Namespace, ui: Ui, inv: Inventory, groups: tuple[GroupNodes, ...], opts: GateOptions
+) -> dict[str, dict[str, Any]]:
+    """One group after another, each as one group release under the host lock on all its nodes."""
+    group_opts = GroupGateOptions(
+        owner=opts.owner,
+        break_lock=args.break_lock,
+        command_timeout_s=opts.command_timeout_s,
+        health_timeout_s=opts.health_timeout_s,
+        health=opts.health,
+    )
+    done: dict[str, dict[str, Any]] = {}
+    for group in groups:
+        nodes = ", ".join(group.nodes)
+        try:
+            outcome = roll_back_group(
+                inv, group.group, group.model, group.nodes, args.to, group_opts, ui.info
+            )
+            done[group.group] = {"nodes": list(group.nodes), **outcome.to_json()}
+        except VllmctlError as exc:
+            done[group.group] = {"nodes": list(group.nodes), "ok": False, "reasons": [exc.render()]}
+        if done[group.group]["ok"]:
+            back = done[group.group]["rolled_back_to"]
+            ui.info(f"group {group.group}: rolled back to {back} on {nodes}: formed again")
+        else:
+            reasons = "\n".join(f"  {r}" for r in done[group.group]["reasons"])
+            ui.error(f"group {group.group} ({nodes}): rollback failed\n{reasons}")
+    return done
 
 
 def run(
@@ -159,22 +235,31 @@ def run(
     health: HealthCheck = wait_for_health,
 ) -> int:
     inventory = load_inventory(args.inventory)
-    contexts = host_contexts(inventory, select_hosts(inventory, args.limit), {})
+    selected = select_hosts(inventory, args.limit)
+    selection, problems = _selection(inventory, selected)
+    hosts = [host for host in selected if host not in selection.covered]
+    contexts = host_contexts(inventory, hosts, {})
     if not args.yes:
-        return _show_plan(args, ui, contexts, remote_for)
+        return _show_plan(args, ui, inventory, contexts, remote_for, selection, problems)
     opts = GateOptions(
         owner=lock_owner(datetime.now(UTC).isoformat(timespec="seconds")),
         command_timeout_s=args.command_timeout,
         health_timeout_s=args.health_timeout,
         health=health,
     )
-    ui.info(f"rolling back {len(contexts)} host(s)")
+    ui.info(f"rolling back {len(contexts)} host(s) and {len(selection.groups)} multi-node group(s)")
+    for host, why in selection.covered.items():
+        ui.info(f"{host}: {why}")
     outcomes = roll_back_fleet(contexts, remote_for, opts, args.forks, args.to, args.break_lock)
-    if args.json:
-        ui.json({o.host: o.to_json() for o in outcomes})
     for o in outcomes:
         if o.ok:
             ui.info(f"{o.host}: {o.from_id or '-'} → {o.to_id}, serving again after {o.seconds:.1f}s")
         else:
             ui.error(f"{o.host}: rollback failed\n" + "\n".join(f"  {r}" for r in o.reasons))
-    return EXIT_OK if all(o.ok for o in outcomes) else EXIT_FAILURE
+    groups = _roll_back_groups(args, ui, inventory, selection.groups, opts)
+    if args.json:  # hosts at the top level as before; the groups under their own key
+        ui.json({o.host: o.to_json() for o in outcomes} | {"groups": groups})
+    for problem in problems:
+        ui.error(problem)
+    ok = all(o.ok for o in outcomes) and all(g["ok"] for g in groups.values()) and not problems
+    return EXIT_OK if ok else EXIT_FAILURE

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
 from vllmctl.ops.base import Command, Step, noop, run
 from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
-from vllmctl.releases import HostReleases, pointer_switch
+from vllmctl.releases import HostReleases, pointer_switch, release_dir
 
 UNIT_MARK = "@@vllmctl-unit"
 
@@ -86,6 +86,15 @@ def stop_step(units: Sequence[str]) -> Step:
     if not units:
         return noop("group_stop", "units", "nothing to stop")
     return Step("group_stop", " ".join(units), (run("systemctl", "disable", "--now", "--", *units),))
+
+
+def prune_step(group: str, release_ids: Sequence[str]) -> Step:
+    """Old group releases removed from this node (ids from `group_prune_candidates`)."""
+    if not release_ids:
+        return noop("group_prune", group, "no group release to prune")
+    root = group_releases_dir(group)
+    paths = (release_dir(i, root) for i in sorted(release_ids))
+    return Step("group_prune", group, (run("rm", "-rf", "--", *paths),))
 
 
 def pointer_step(group: str, pointer: str, release: str) -> Step:

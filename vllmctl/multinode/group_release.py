@@ -23,6 +23,7 @@ from vllmctl.releases import (
     ReleaseError,
     listing_command,
     parse_listing,
+    prune_candidates,
     release_id,
     required_venvs,
 )
@@ -232,3 +233,11 @@ def manifests_of(states: NodeStates, release: str) -> dict[str, GroupManifest]:
         if got is not None and isinstance(got.manifest, GroupManifest):
             found[node] = got.manifest
     return found
+
+
+def group_prune_candidates(states: NodeStates, nodes: Sequence[str], keep: int) -> dict[str, list[str]]:
+    """Per node, oldest first, what the host rule prunes (beyond the newest `keep`, and half-made ones),
+    except a release any node's `current` or `known-good` names: a group release stays whole."""
+    asked = [node for node in nodes if node in states]
+    protected = {pointer for node in asked for pointer in (states[node].current, states[node].known_good)}
+    return {node: [i for i in prune_candidates(states[node], keep) if i not in protected] for node in asked}

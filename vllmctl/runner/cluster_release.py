@@ -26,6 +26,7 @@ from vllmctl.multinode.group_ops import (
     engine_restarts,
     journal_errors,
     pointer_step,
+    prune_step,
     restart_step,
     stop_step,
     verdict_step,
@@ -35,6 +36,7 @@ from vllmctl.multinode.group_release import (
     GroupSpec,
     NodeStates,
     group_manifests,
+    group_prune_candidates,
     group_rollback_target,
     manifests_of,
     unchanged,
@@ -50,7 +52,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class GroupGateOptions:
-    owner: str = "vllmctl"
+    owner: str = "vllmctl"  # also the host lock's owner on every node
+    break_lock: bool = False
     created_at: str = ""  # ISO 8601 UTC from the edge: the source of the release id
     inventory_digest: str = ""
     command_timeout_s: float = 120.0
@@ -81,7 +84,7 @@ class GroupOutcome:
 
 def deploy_group(inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: Log) -> GroupOutcome:
     """Record → activate → gate on every node; a failed gate rolls the whole group back to its known-good."""
-    nodes = Nodes(inv, spec.nodes, opts.command_timeout_s)
+    nodes = Nodes(inv, spec.nodes, opts.command_timeout_s, opts.owner, opts.break_lock)
     try:
         states = read_states(nodes, spec.group)
         wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
@@ -101,6 +104,8 @@ def deploy_group(inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: L
             nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
         if verdict.passed:
             log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
+            pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
+            nodes.each(lambda node: nodes.step(node, prune_step(spec.group, pruned[node])))
             return GroupOutcome("passed", release, verdict.reasons, ray=ray)
         return _roll_back_after(nodes, spec.group, spec.model, release, verdict, opts, log)
     finally:
@@ -117,7 +122,7 @@ def roll_back_group(
     log: Log,
 ) -> GroupOutcome:
     """`cluster --rollback`: the previous (or named) known-good group release, re-activated on every node."""
-    nodes = Nodes(inv, hosts, opts.command_timeout_s)
+    nodes = Nodes(inv, hosts, opts.command_timeout_s, opts.owner, opts.break_lock)
     try:
         states = read_states(nodes, group)
         target = group_rollback_target(states, hosts, to)

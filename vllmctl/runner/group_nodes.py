@@ -1,5 +1,6 @@
-"""The used nodes of a multi-node group for one run: one SSH connection each (head first), steps run on
-them, and what each node says about its group releases and its group units.
+"""The used nodes of a multi-node group for one run: one SSH connection each (head first), vllmctl's host
+lock on every node for runs that change them, steps run on them, and what each node says about its group
+releases and its group units.
 """
 
 from __future__ import annotations
@@ -7,15 +8,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from vllmctl.catalog.loader import load_arch
 from vllmctl.desired import unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.group_history import GroupNodes
 from vllmctl.multinode.group_ops import parse_unit_state, unit_state_script
 from vllmctl.multinode.group_release import group_listing_command, parse_group_listing
+from vllmctl.multinode.plan import plan_cluster
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops import Step, Upload
 from vllmctl.releases import HostReleases
 from vllmctl.runner.fleet import fan_out
+from vllmctl.runner.remote import LOCKED_EXIT, LOCKED_MARK, HostLockedError, finish_script, lock_script
 from vllmctl.transport import SshTransport
 
 T = TypeVar("T")
@@ -23,12 +28,46 @@ FORKS = 32
 
 
 class Nodes:
-    """One SSH connection per used node of the group for the whole run, head first."""
+    """One SSH connection per used node of the group for the whole run, head first.
 
-    def __init__(self, inv: Inventory, nodes: Sequence[str], timeout_s: float) -> None:
+    With `lock_owner`, the host lock (the one apply and rollback take) is taken on every node before
+    anything else and released on close; a node locked by someone else stops the run, changing nothing."""
+
+    def __init__(
+        self,
+        inv: Inventory,
+        nodes: Sequence[str],
+        timeout_s: float,
+        lock_owner: str | None = None,
+        break_lock: bool = False,
+    ) -> None:
         self.names = tuple(nodes)
         self.transports = {node: SshTransport(inv.hosts[node]) for node in nodes}
         self.timeout_s = timeout_s
+        self.locked: tuple[str, ...] = ()
+        if lock_owner is not None:
+            self._lock(lock_owner, break_lock)
+
+    def _lock(self, owner: str, break_lock: bool) -> None:
+        script = lock_script(owner, break_lock)
+
+        def take(node: str) -> str:
+            result = self.transports[node].run(script, sudo=True, timeout=self.timeout_s)
+            if result.exited == LOCKED_EXIT and result.stdout.startswith(LOCKED_MARK):
+                raise HostLockedError(node, result.stdout[len(LOCKED_MARK) :].strip())
+            if not result.ok:
+                raise VllmctlError(
+                    f"{node}: taking the host lock failed (exit {result.exited})",
+                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
+                )
+            return node
+
+        done = fan_out(self.names, take, FORKS)
+        self.locked = tuple(node for node, answer in done.items() if answer == node)
+        refused = [answer for answer in done.values() if isinstance(answer, VllmctlError)]
+        if refused:  # give back what was taken: the run does not start on part of the group
+            self.close()
+            raise refused[0]
 
     def each(self, work: Callable[[str], T]) -> dict[str, T]:
         """`work` on every node at once; the first node's error is raised after all have answered."""
@@ -59,6 +98,10 @@ class Nodes:
                 )
 
     def close(self) -> None:
+        """Releases the lock where it was taken (every node at once), then closes the connections."""
+        release = finish_script(release_lock=True, audit=False)
+        fan_out(self.locked, lambda node: self.transports[node].run(release, sudo=True, timeout=60), FORKS)
+        self.locked = ()
         for transport in self.transports.values():
             transport.close()
 
@@ -80,3 +123,42 @@ def group_units(group: str, model: str, nodes: Sequence[str]) -> dict[str, list[
         node: [ray_unit_name(group), *([unit_name(model, 0)] if i == 0 else [])]
         for i, node in enumerate(nodes)
     }
+
+
+def multi_node_groups(inv: Inventory) -> tuple[list[GroupNodes], dict[str, VllmctlError]]:
+    """Every multi-node model's group planned offline (as `status` does), or why it could not be planned."""
+    found: list[GroupNodes] = []
+    failed: dict[str, VllmctlError] = {}
+    for model in inv.models.values():
+        if model.cluster is None:
+            continue
+        try:
+            arch = load_arch(model.source, model.revision, online=False)
+            plan = plan_cluster(inv, model, model.cluster, None, arch)
+        except VllmctlError as exc:
+            failed[model.name] = exc
+            continue
+        found.append(GroupNodes(model.cluster.group, model.name, plan.hosts, plan.spare))
+    return found, failed
+
+
+def read_group_listings(
+    inv: Inventory, nodes: Sequence[str], group: str, timeout_s: float
+) -> dict[str, HostReleases | VllmctlError]:
+    """Each node's group releases, one round trip per node, no lock; an unreachable node is its error."""
+    command = group_listing_command(group)
+
+    def listing(node: str) -> HostReleases:
+        transport = SshTransport(inv.hosts[node])
+        try:
+            result = transport.run(command, sudo=True, timeout=timeout_s)
+            if not result.ok:
+                raise VllmctlError(
+                    f"{node}: listing group releases failed (exit {result.exited})",
+                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
+                )
+            return parse_group_listing(result.stdout, node, group)
+        finally:
+            transport.close()
+
+    return fan_out(tuple(nodes), listing, FORKS)
