@@ -1,5 +1,6 @@
 """On real lab hosts over real SSH, with no vLLM and no Ray: a group run takes vllmctl's host lock on every
-node first, so a node locked by someone else stops a group rollback or deploy before anything changes,
+node first, so a node locked by someone else stops a group bring-up (before Ray is installed), rollback or
+deploy before anything changes,
 naming the owner; `history` (read-only) still lists the group; the lock is released after a run."""
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ def test_a_locked_node_stops_group_rollback_and_deploy_naming_its_owner(
     rollback = ("--rollback", "--yes", "--offline")
     by_cluster = _vllmctl("cluster", str(inventory), "big", *rollback, state=tmp_path)
     assert by_cluster.returncode == 1 and refused in by_cluster.stderr, by_cluster.stdout + by_cluster.stderr
+    _untouched(lab_fleet, head, worker)
+
+    ray_dir = "sudo test -d /var/lib/vllmctl/ray && echo there || true"
+    before = [lab_fleet.ssh(host, ray_dir).stdout for host in (head, worker)]
+    brought_up = _vllmctl("cluster", str(inventory), "big", "--offline", state=tmp_path)
+    assert brought_up.returncode == 1 and refused in brought_up.stderr, brought_up.stdout + brought_up.stderr
+    assert "ray" not in brought_up.stderr.split(refused)[0].lower()  # locked before Ray was installed
+    assert [lab_fleet.ssh(host, ray_dir).stdout for host in (head, worker)] == before
     _untouched(lab_fleet, head, worker)
 
     inv = load_inventory(inventory)

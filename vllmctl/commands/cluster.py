@@ -19,6 +19,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import group_spec
 from vllmctl.multinode.group_status import ClusterState
 from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
+from vllmctl.multinode.preflight import PreflightReport
 from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.releases import ReleaseError, inventory_digest
 from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight
@@ -26,6 +27,7 @@ from vllmctl.runner.cluster_release import (
     GroupGateOptions,
     GroupOutcome,
     deploy_group,
+    lock_group,
     roll_back_group,
     rollback_plan,
 )
@@ -76,9 +78,26 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), args.json)
     if args.rollback:
         return _roll_back(args, ui, inv, plan)
-    if not args.preflight_only:
+    if args.preflight_only:
+        return _preflight(args, ui, run_preflight(inv, model, cluster, engine, timeout_s=args.timeout))
+    opts = _gate_options(args)
+    locked = lock_group(inv, plan.hosts, opts)  # before Ray goes into the venvs
+    try:
         prepare_nodes(inv, plan, engine, engine.index_url, ui.info)
-    report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
+        report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
+        if _preflight(args, ui, report) != EXIT_OK:
+            return EXIT_FAILURE
+        addresses = {
+            host: found.interface_ip or inv.hosts[host].address for host, found in report.facts.items()
+        }
+        spec = group_spec(inv, plan, engine, addresses, args.start_engine)
+        return _report(ui, deploy_group(inv, spec, opts, ui.info, locked), plan.hosts, args.json)
+    finally:
+        locked.close()
+
+
+def _preflight(args: argparse.Namespace, ui: Ui, report: PreflightReport) -> int:
+    """Its problems, or that it passed; only `--preflight-only` prints the passing JSON."""
     if not report.ok:
         for problem in report.problems:
             ui.error(problem.render())
@@ -86,14 +105,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         if args.json:
             ui.json({"ok": False, "problems": [vars(p) for p in report.problems]})
         return EXIT_FAILURE
-    ui.info(f"preflight passed on {', '.join(cluster.hosts)}")
-    if args.preflight_only:
-        if args.json:
-            ui.json({"ok": True, "problems": []})
-        return EXIT_OK
-    addresses = {host: found.interface_ip or inv.hosts[host].address for host, found in report.facts.items()}
-    spec = group_spec(inv, plan, engine, addresses, args.start_engine)
-    return _report(ui, deploy_group(inv, spec, _gate_options(args), ui.info), plan.hosts, args.json)
+    ui.info(f"preflight passed on {', '.join(report.facts)}")
+    if args.preflight_only and args.json:
+        ui.json({"ok": True, "problems": []})
+    return EXIT_OK
 
 
 def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:

@@ -19,7 +19,7 @@ from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
-from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group
+from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
 from vllmctl.runner.fleet import load_model_archs
 from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
 from vllmctl.runner.plan import unified_diff
@@ -168,14 +168,19 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
             return GroupRun(plan.model, group, nodes, "unchanged", states[plan.head].current)
         release = wanted[plan.head].id
         return GroupRun(plan.model, group, nodes, "would_change", release, tuple(changes), diffs=diffs)
-    prepare_nodes(inv, plan, engine, engine.index_url, log)
-    report = run_preflight(inv, model, plan.cluster, engine, timeout_s=opts.timeout_s)
-    if not report.ok:
-        problems = (*(p.render() for p in report.problems), "nothing was started")
-        return GroupRun(plan.model, group, nodes, "preflight_failed", reasons=problems)
-    log(f"preflight passed on {', '.join(nodes)}")
-    addresses = {h: f.interface_ip or inv.hosts[h].address for h, f in report.facts.items()}
-    outcome = deploy_group(inv, group_spec(inv, plan, engine, addresses, True), opts.gate, log)
+    locked = lock_group(inv, nodes, opts.gate)  # before Ray goes into the venvs
+    try:
+        prepare_nodes(inv, plan, engine, engine.index_url, log)
+        report = run_preflight(inv, model, plan.cluster, engine, timeout_s=opts.timeout_s)
+        if not report.ok:
+            problems = (*(p.render() for p in report.problems), "nothing was started")
+            return GroupRun(plan.model, group, nodes, "preflight_failed", reasons=problems)
+        log(f"preflight passed on {', '.join(nodes)}")
+        addresses = {h: f.interface_ip or inv.hosts[h].address for h, f in report.facts.items()}
+        spec = group_spec(inv, plan, engine, addresses, True)
+        outcome = deploy_group(inv, spec, opts.gate, log, locked)
+    finally:
+        locked.close()
     back = outcome.rolled_back_to
     return GroupRun(plan.model, group, nodes, outcome.status, outcome.release, outcome.reasons, back)
 

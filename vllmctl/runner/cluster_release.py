@@ -82,9 +82,17 @@ class GroupOutcome:
         return found | {"rolled_back_to": self.rolled_back_to, "ok": self.ok}
 
 
-def deploy_group(inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: Log) -> GroupOutcome:
-    """Record → activate → gate on every node; a failed gate rolls the whole group back to its known-good."""
-    nodes = Nodes(inv, spec.nodes, opts.command_timeout_s, opts.owner, opts.break_lock)
+def lock_group(inv: Inventory, nodes: Sequence[str], opts: GroupGateOptions) -> Nodes:
+    """The group's nodes with the host lock taken on every one (HostLockedError when one is held)."""
+    return Nodes(inv, nodes, opts.command_timeout_s, opts.owner, opts.break_lock)
+
+
+def deploy_group(
+    inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: Log, locked: Nodes | None = None
+) -> GroupOutcome:
+    """Record → activate → gate on every node; a failed gate rolls the whole group back to its known-good.
+    `locked`: nodes the caller locked before its own steps (Ray install, preflight); it closes them."""
+    nodes = locked or lock_group(inv, spec.nodes, opts)
     try:
         states = read_states(nodes, spec.group)
         wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
@@ -109,7 +117,8 @@ def deploy_group(inv: Inventory, spec: GroupSpec, opts: GroupGateOptions, log: L
             return GroupOutcome("passed", release, verdict.reasons, ray=ray)
         return _roll_back_after(nodes, spec.group, spec.model, release, verdict, opts, log)
     finally:
-        nodes.close()
+        if locked is None:
+            nodes.close()
 
 
 def roll_back_group(
