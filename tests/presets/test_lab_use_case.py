@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 PORTS = range(18300, 18400)
-READY_DEADLINE_S = 300.0
+READY_DEADLINE_S = 600.0  # a slow start on a loaded 2-core CI machine; a crash is reported at once
 
 
 def planned_code_flags(model: Path) -> list[str]:
