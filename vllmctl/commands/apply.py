@@ -197,21 +197,21 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         show_plan(ui, result, args.verbose)
     show_failures(ui, result)
     show_recap(ui, result)
-    show_groups(ui, groups)
+    show_groups(ui, groups, diffs=not args.json)  # JSON carries them already; stdout stays one document
     if result.failed or any(g.failed for g in groups):
         return EXIT_FAILURE
     changed = result.changed or any(g.changed for g in groups)
     return EXIT_CHANGES if args.check and changed else EXIT_OK
 
 
-def show_groups(ui: Ui, groups: list[GroupRun]) -> None:
+def show_groups(ui: Ui, groups: list[GroupRun], diffs: bool) -> None:
     for group, line in zip(groups, summary(groups), strict=True):
         if group.failed:
             reasons = "\n".join(f"  {reason}" for reason in group.reasons)
             ui.error(f"{line}\n{reasons}")
         elif group.status in ("would_change", "skipped"):
             ui.warn("\n".join([line, *(f"  {reason}" for reason in group.reasons)]))
-            for diff in group.diffs:
+            for diff in group.diffs if diffs else ():
                 ui.data(diff.rstrip("\n"))
         else:
             ui.info(line)

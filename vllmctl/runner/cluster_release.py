@@ -171,7 +171,9 @@ def _reactivate(
     manifests = manifests_of(states, target)
     installed = read_units(nodes, group_units(group, model, nodes.names))
     back, ray = activate_and_check(nodes, manifests, installed, opts, log)
-    if back.passed:
+    if back.passed:  # as on a host: the release that serves again is the one a later failure returns to
+        for node in nodes.names:
+            nodes.step(node, pointer_step(group, "known-good", target))
         return GroupOutcome(
             "rolled_back" if failed else "reactivated", failed or target, reasons, target, ray
         )

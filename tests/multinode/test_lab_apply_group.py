@@ -1,0 +1,168 @@
+"""On real lab hosts over real SSH: `vllmctl apply` deploys a multi-node model itself, the lab's Ray stand-in
+(docs/multinode.md) on two hosts: the first apply stages everything and passes one group release, a second
+changes nothing, `status` and `history` show one serving group release, a changed engine argument is a
+new release (`--check --diff` shows the unit diff first), one the engine refuses rolls the group back to
+the previous release, which serves again, and `vllmctl rollback` takes the whole group one release further
+back (one module, in order: the hosts are set up once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from raylab import GROUP, RayLab
+from standinlab import complete, hostnames, standin_lab_session
+
+from vllmctl.lab.testing import LabFleet
+
+pytestmark = pytest.mark.lab
+
+GROUP_DIR = f"/var/lib/vllmctl/groups/{GROUP}"
+EXIT_CHANGES = 3
+
+
+@pytest.fixture(scope="module")
+def lab(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayLab]:
+    # nothing prepared: apply stages the model and the engine venv on both nodes itself
+    yield from standin_lab_session(lab_fleet, tmp_path_factory.mktemp("applygroup"))
+
+
+def apply(lab: RayLab, name: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(lab.workdir)}
+    argv = [sys.executable, "-m", "vllmctl", "apply", str(lab.inventory(name)), "--yes", "--json", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200, env=env, check=False)
+    try:
+        doc: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        pytest.fail(
+            f"no JSON from apply (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return done.returncode, doc, done.stderr
+
+
+def pointers(lab: RayLab) -> dict[str, tuple[str, str]]:
+    """Each node's (current, known-good) group release."""
+    found = {}
+    for host in lab.hosts:
+        read = [
+            lab.sh(host, f"sudo readlink {GROUP_DIR}/{name} || true").strip().rsplit("/", 1)[-1]
+            for name in ("current", "known-good")
+        ]
+        found[host.name] = (read[0], read[1])
+    return found
+
+
+def serves_from_both_nodes(lab: RayLab) -> None:
+    text = complete(lab)["choices"][0]["text"]
+    assert "vLLM stand-in (vllmctl lab)" in text, text
+    for name in hostnames(lab):
+        assert name in text, text
+
+
+def set_max_model_len(lab: RayLab, value: int) -> None:
+    # an explicit engine arg: the planner only warns above the model's positions, the engine refuses it
+    lab.doc["models"]["tiny"]["engine_args"]["max_model_len"] = value
+
+
+RELEASES: dict[str, str] = {}  # shared by the tests of this module, which run in order
+
+
+def test_a_first_apply_stages_the_nodes_and_passes_one_group_release(lab: RayLab) -> None:
+    code, doc, stderr = apply(lab, "first.yml")
+    assert code == 0, stderr[-4000:]
+    group = doc["groups"]["tiny"]
+    assert (group["group"], group["status"], group["ok"]) == (GROUP, "passed", True), group
+    assert group["nodes"] == [h.name for h in lab.hosts]
+    release = group["release"]
+    assert pointers(lab) == {h.name: (release, release) for h in lab.hosts}
+    serves_from_both_nodes(lab)
+    RELEASES["first"] = release
+
+
+def test_status_and_history_show_the_serving_group_as_one_release(lab: RayLab) -> None:
+    head, worker = lab.hosts
+    inventory = str(lab.inventory("status.yml"))
+    shown = lab.vllmctl("status", inventory, "--json", "--interval", "0")
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+    [entry] = json.loads(shown.stdout)["entries"]  # one entry, on the head: no half-engine on the worker
+    assert (entry["host"], entry["model"], entry["healthy"], entry["ok"]) == (head.name, "tiny", True, True)
+    group = entry["group"]
+    assert (group["formed"], group["engine"], group["ray_nodes"], group["problems"]) == (
+        True,
+        "active",
+        2,
+        [],
+    )
+    assert entry["release"] == RELEASES["first"]
+    history = lab.vllmctl("history", inventory, "--json")
+    assert history.returncode == 0, history.stdout[-3000:] + history.stderr[-3000:]
+    [row] = json.loads(history.stdout)["groups"][GROUP]["releases"]
+    assert (row["id"], row["status"], row["on"]) == (RELEASES["first"], "good", [head.name, worker.name])
+    assert sorted(row["pointers"]) == ["current", "known-good"]
+
+
+def test_a_second_apply_changes_nothing(lab: RayLab) -> None:
+    code, doc, stderr = apply(lab, "again.yml")
+    assert code == 0, stderr[-4000:]
+    group = doc["groups"]["tiny"]
+    assert (group["status"], group["release"]) == ("unchanged", RELEASES["first"]), group
+    assert {name: host["recap"]["changed"] for name, host in doc["hosts"].items()} == {
+        h.name: 0 for h in lab.hosts
+    }
+    code, doc, stderr = apply(lab, "again.yml", "--check")
+    assert code == 0, stderr[-4000:]
+    assert doc["groups"]["tiny"]["status"] == "unchanged"
+    by_hand = lab.vllmctl("cluster", str(lab.inventory("again.yml")), "tiny", "--start-engine")
+    assert by_hand.returncode == 0, by_hand.stdout[-3000:] + by_hand.stderr[-3000:]
+    assert f"group release {RELEASES['first']} unchanged and active" in by_hand.stderr  # the same release
+
+
+def test_a_changed_engine_argument_is_a_new_group_release(lab: RayLab) -> None:
+    set_max_model_len(lab, 256)
+    code, doc, stderr = apply(lab, "len256.yml", "--check", "--diff")
+    assert code == EXIT_CHANGES, stderr[-4000:]
+    planned = doc["groups"]["tiny"]
+    head = lab.hosts[0].name
+    assert planned["status"] == "would_change", doc["groups"]
+    assert planned["reasons"] == [f"{head}: vllmctl-tiny-0.service would change and be restarted"]
+    [diff] = planned["diffs"]  # the engine unit only: the Ray units stay as they are
+    assert f"{head}:/etc/systemd/system/vllmctl-tiny-0.service (host)" in diff
+    assert any(line.startswith("+ExecStart=") and "256" in line for line in diff.splitlines()), diff
+    assert pointers(lab) == {h.name: (RELEASES["first"], RELEASES["first"]) for h in lab.hosts}
+    code, doc, stderr = apply(lab, "len256.yml")
+    assert code == 0, stderr[-4000:]
+    group = doc["groups"]["tiny"]
+    assert group["status"] == "passed" and group["release"] > RELEASES["first"], group
+    assert pointers(lab) == {h.name: (group["release"], group["release"]) for h in lab.hosts}
+    serves_from_both_nodes(lab)
+    RELEASES["len256"] = group["release"]
+
+
+def test_a_max_model_len_the_engine_refuses_rolls_the_group_back(lab: RayLab) -> None:
+    set_max_model_len(lab, 4096)  # the tiny model has 2048 positions
+    code, doc, stderr = apply(lab, "len4096.yml")
+    assert code == 1, stderr[-4000:]
+    group = doc["groups"]["tiny"]
+    assert (group["status"], group["ok"]) == ("rolled_back", False), group
+    assert group["rolled_back_to"] == RELEASES["len256"]
+    assert any("User-specified max_model_len (4096)" in reason for reason in group["reasons"]), group
+    assert pointers(lab) == {h.name: (RELEASES["len256"], RELEASES["len256"]) for h in lab.hosts}
+    serves_from_both_nodes(lab)
+
+
+def test_vllmctl_rollback_takes_the_whole_group_back_to_the_release_before(lab: RayLab) -> None:
+    inventory = str(lab.inventory("rollback.yml"))
+    planned = lab.vllmctl("rollback", inventory, "--json")
+    assert planned.returncode == EXIT_CHANGES, planned.stdout[-3000:] + planned.stderr[-3000:]
+    assert json.loads(planned.stdout)["groups"][GROUP]["to"] == RELEASES["first"]
+    done = lab.vllmctl("rollback", inventory, "--yes", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    group = json.loads(done.stdout)["groups"][GROUP]
+    assert (group["status"], group["rolled_back_to"]) == ("reactivated", RELEASES["first"]), group
+    assert pointers(lab) == {h.name: (RELEASES["first"], RELEASES["first"]) for h in lab.hosts}
+    serves_from_both_nodes(lab)
