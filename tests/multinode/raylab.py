@@ -64,16 +64,10 @@ def same_gpu_pair(doc: dict[str, Any], fleet: LabFleet) -> tuple[LabHostInfo, La
     return first, second
 
 
-def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
-    """Two lab hosts with the same GPUs, the tiny model on both, the engine venv installed by apply."""
-    from vllmctl.lab.tinymodel import ensure_tiny_model
-    from vllmctl.lab.wheelhouse import ensure_ray_wheels
-
-    ensure_ray_wheels()  # the lab's package server serves the wheelhouse folder: Ray is installable now
+def pair_doc(lab_fleet: LabFleet, model_dir: Path) -> tuple[dict[str, Any], tuple[LabHostInfo, LabHostInfo]]:
+    """The lab inventory with a multi_node group over the spare pair serving the tiny model with PP 2."""
     doc: dict[str, Any] = yaml.safe_load(lab_fleet.inventory.read_text())
     hosts = same_gpu_pair(doc, lab_fleet)
-    model_dir = Path(MODEL_DIR.format(pid=os.getpid()))
-    shutil.copytree(ensure_tiny_model(), model_dir)  # the planner reads its config.json on the controller
     doc["groups"] = {GROUP: {"hosts": [h.name for h in hosts], "multi_node": True}}
     doc["models"] = {
         "tiny": {
@@ -83,6 +77,18 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
             "engine_args": {"tensor_parallel_size": 1, "pipeline_parallel_size": 2},
         }
     }
+    return doc, hosts
+
+
+def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
+    """Two lab hosts with the same GPUs, the tiny model on both, the engine venv installed by apply."""
+    from vllmctl.lab.tinymodel import ensure_tiny_model
+    from vllmctl.lab.wheelhouse import ensure_ray_wheels
+
+    ensure_ray_wheels()  # the lab's package server serves the wheelhouse folder: Ray is installable now
+    model_dir = Path(MODEL_DIR.format(pid=os.getpid()))
+    shutil.copytree(ensure_tiny_model(), model_dir)  # the planner reads its config.json on the controller
+    doc, hosts = pair_doc(lab_fleet, model_dir)
     lab = RayLab(lab_fleet, hosts, doc, workdir)
     try:
         for host in hosts:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
-from raylab import GROUP, RAY_UNIT, RayLab, same_gpu_pair
+from raylab import RAY_UNIT, RayLab, pair_doc
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
 from vllmctl.lab.testing import LabFleet, LabHostInfo
@@ -45,22 +44,12 @@ def standin_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
 
     ensure_ray_wheels()
     version, _wheel = ensure_standin_wheel()
-    doc: dict[str, Any] = yaml.safe_load(lab_fleet.inventory.read_text())
-    hosts = same_gpu_pair(doc, lab_fleet)
+    model_dir = Path(MODEL_DIR.format(pid=os.getpid()))
+    shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
+    doc, hosts = pair_doc(lab_fleet, model_dir)
     doc["hosts"] = {h.name: doc["hosts"][h.name] for h in hosts}  # the deployment's hosts stay out of it
     engine = {"name": "vllm", "package": PACKAGE, "version": version, "index_url": lab_fleet.index_url}
     doc["defaults"]["engine"] = engine
-    model_dir = Path(MODEL_DIR.format(pid=os.getpid()))
-    shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
-    doc["groups"] = {GROUP: {"hosts": [h.name for h in hosts], "multi_node": True}}
-    doc["models"] = {
-        "tiny": {
-            "source": str(model_dir),
-            "hosts": GROUP,
-            "port": 8000,
-            "engine_args": {"tensor_parallel_size": 1, "pipeline_parallel_size": 2},
-        }
-    }
     lab = RayLab(lab_fleet, hosts, doc, workdir)
     try:
         yield lab
