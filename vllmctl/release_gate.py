@@ -83,7 +83,7 @@ def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[
     return check
 
 
-def _smoke(base_url: str, model: str) -> EndpointReport:
+def smoke_bench(base_url: str, model: str) -> EndpointReport:
     return benchmark_endpoint(base_url, model, SMOKE_SPEC, SMOKE_INPUT_TOKENS)
 
 
@@ -96,7 +96,7 @@ class GateOptions:
     command_timeout_s: float = 120.0
     health_timeout_s: float = FLOOR_S
     health: HealthCheck = wait_for_health
-    bench: SmokeBench = _smoke
+    bench: SmokeBench = smoke_bench
     clock: Callable[[], float] = time.monotonic
     predict_kv: KvPrediction = field(default_factory=KvPredictor)
 

@@ -1,9 +1,9 @@
 """On real lab hosts over real SSH: `vllmctl apply` deploys a multi-node model itself, the lab's Ray stand-in
-(docs/multinode.md) on two hosts: the first apply stages everything and passes one group release, a second
-changes nothing, `status` and `history` show one serving group release, a changed engine argument is a
-new release (`--check --diff` shows the unit diff first), one the engine refuses rolls the group back to
-the previous release, which serves again, and `vllmctl rollback` takes the whole group one release further
-back (one module, in order: the hosts are set up once)."""
+(docs/multinode.md) on two hosts: the first apply stages everything and passes one group release (health
+and the smoke benchmark), `status` and `history` show it as one serving release, a second apply changes
+nothing, a changed engine argument is a new release (`--check --diff` shows the unit diff first), one the
+engine refuses rolls the group back to the previous release, which serves again, and `vllmctl rollback`
+takes the whole group one release further back (one module, in order: the hosts are set up once)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,10 @@ def test_a_first_apply_stages_the_nodes_and_passes_one_group_release(lab: RayLab
     release = group["release"]
     assert pointers(lab) == {h.name: (release, release) for h in lab.hosts}
     serves_from_both_nodes(lab)
+    verdict = json.loads(lab.sh(lab.hosts[0], f"sudo cat {GROUP_DIR}/releases/{release}/verdict.json"))
+    smoke = verdict["figures"]["tiny"]  # the smoke benchmark streamed from the head, as on a host
+    assert verdict["passed"] and {"c1", "c4"} <= set(smoke), verdict
+    assert smoke["c4"]["error_rate"] == 0 and smoke["c4"]["output_tokens_per_s"] > 0, smoke
     RELEASES["first"] = release
 
 

@@ -4,6 +4,7 @@ vLLM refuses them too), its answers, and its wheel, built with pip."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from types import ModuleType
 import pytest
 from standin_wheel import SOURCE, ensure_standin_wheel
 
+from vllmctl.bench.sse import SseParser, classify
 from vllmctl.metrics import parse_metrics
 
 
@@ -120,3 +122,21 @@ def test_its_wheel_is_built_by_pip_once_per_source(tmp_path: Path) -> None:
     assert "vllm/entrypoints/openai/api_server.py" in names and "vllm_ray_standin/serve.py" in names
     built_at = wheel.stat().st_mtime_ns
     assert ensure_standin_wheel(tmp_path) == (version, wheel) and wheel.stat().st_mtime_ns == built_at
+
+
+def test_a_streamed_completion_reads_as_vllm_stream_to_the_smoke_benchmark() -> None:
+    options = answers.parse(UNIT_ARGV)
+    stages = [answers.Stage("node-a", True), answers.Stage("node-b", True)]
+    request = {"model": "tiny", "prompt": "one two", "max_tokens": 32, "ignore_eos": True, "stream": True}
+    request["stream_options"] = {"include_usage": True}
+    body = answers.completion(options, stages, request, 1, 100)
+    wire = b"".join(
+        b"data: " + json.dumps(c).encode() + b"\n\n" for c in answers.stream_chunks(body, request)
+    )
+    parser = SseParser()
+    messages = [classify(data) for data in [*parser.feed(wire + b"data: [DONE]\n\n"), *parser.close()]]
+    kinds = [m.kind for m in messages]
+    assert kinds == ["token"] * 32 + ["usage", "done"]
+    assert messages[32].usage == {"prompt_tokens": 2, "completion_tokens": 32, "total_tokens": 34}
+    short = answers.stream_chunks(body, {"model": "tiny"})  # EOS honoured, no usage asked for
+    assert [c["choices"][0]["text"] for c in short] == [f" {w}" for w in body["choices"][0]["text"].split()]

@@ -92,7 +92,12 @@ def group_spec(
         text = render_head_engine_unit(model, engine, plan, addresses, envs[plan.head])
         units[plan.head][unit_name(model.name, 0)] = text
         ports = [model.port]
-        models[model.name] = {"source": model.source, "revision": model.revision, "ports": ports}
+        models[model.name] = {
+            "source": model.source,
+            "revision": model.revision,
+            "ports": ports,
+            "slo": dict(model.slo),
+        }
     return GroupSpec(
         group=cluster.group,
         model=plan.model,

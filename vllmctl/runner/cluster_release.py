@@ -43,7 +43,7 @@ from vllmctl.multinode.group_release import (
 )
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
-from vllmctl.release_gate import EngineExitedError, HealthCheck, wait_for_health
+from vllmctl.release_gate import EngineExitedError, HealthCheck, SmokeBench, smoke_bench, wait_for_health
 from vllmctl.releases import release_endpoints
 from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
 
@@ -60,6 +60,7 @@ class GroupGateOptions:
     formed_timeout_s: float = 180.0
     health_timeout_s: float = FLOOR_S
     health: HealthCheck = wait_for_health
+    bench: SmokeBench = smoke_bench
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def deploy_group(
         release = wanted[spec.head].id
         nodes.each(lambda node: nodes.step(node, create_group_release(wanted[node], states[node])))
         log(f"group release {release} recorded on {', '.join(spec.nodes)}")
-        verdict, ray = activate_and_check(nodes, wanted, installed, opts, log)
+        verdict, ray = activate_and_check(nodes, wanted, installed, opts, log, bench=True)
         for node in spec.nodes:
             nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
         if verdict.passed:
@@ -170,7 +171,7 @@ def _reactivate(
     log(f"rolling group {group} back to {target} on {', '.join(nodes.names)}")
     manifests = manifests_of(states, target)
     installed = read_units(nodes, group_units(group, model, nodes.names))
-    back, ray = activate_and_check(nodes, manifests, installed, opts, log)
+    back, ray = activate_and_check(nodes, manifests, installed, opts, log, bench=False)
     if back.passed:  # as on a host: the release that serves again is the one a later failure returns to
         for node in nodes.names:
             nodes.step(node, pointer_step(group, "known-good", target))
@@ -187,9 +188,11 @@ def activate_and_check(
     installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
     opts: GroupGateOptions,
     log: Log,
+    bench: bool,
 ) -> tuple[Verdict, bringup.RayStatus | None]:
     """Units from the release dir on every node, `current` moved, Ray head → workers, the barrier, then the
-    engine on the head; the gate: the cluster formed and, with an engine, the engine healthy."""
+    engine on the head; the gate: the cluster formed and, with an engine, the engine healthy and (`bench`:
+    a new release, as on a host; not a rollback) the smoke benchmark within the model's SLO."""
     head = nodes.names[0]
     group, release = manifests[head].group, manifests[head].id
     engine_unit = unit_name(manifests[head].model, 0)
@@ -208,11 +211,11 @@ def activate_and_check(
         return Verdict(False, (exc.render(),), {}), None
     if engine_unit not in manifests[head].units:
         return Verdict(True, (), {}), ray
-    return check_engine(nodes, manifests[head], engine_unit, opts, log), ray
+    return check_engine(nodes, manifests[head], engine_unit, opts, log, bench), ray
 
 
 def check_engine(
-    nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log
+    nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log, bench: bool
 ) -> Verdict:
     head = manifest.head
     show = f"systemctl show -p {ENGINE_SHOW} -- {shlex.quote(engine_unit)}"
@@ -232,8 +235,10 @@ def check_engine(
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
         if not health.ok:
             errors = journal_errors(nodes.shell(head, engine_journal_command(engine_unit, since)))
-        checks.append(EndpointCheck(model, health, None, {}, tail))
-    verdict = decide(checks, require_bench=False)
+        report = opts.bench(url, model) if bench and health.ok else None
+        slo = manifest.models.get(model, {}).get("slo", {})
+        checks.append(EndpointCheck(model, health, report, slo, tail))
+    verdict = decide(checks, require_bench=bench)
     if errors:
         causes = "\n".join(f"    {line}" for line in errors)
         reasons = (*verdict.reasons, f"errors the engine logged since its start:\n{causes}")

@@ -120,6 +120,26 @@ def completion(
     }
 
 
+def stream_chunks(body: Mapping[str, Any], request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A completion as vLLM streams it: one token (here: one word) per chunk, `max_tokens` of them when EOS
+    is ignored (as `vllm bench serve` asks), then the usage chunk when `stream_options` asks for it."""
+    words = [f" {word}" for word in body["choices"][0]["text"].split()]
+    count = int(request.get("max_tokens") or len(words)) if request.get("ignore_eos") else len(words)
+    base = {key: body[key] for key in ("id", "object", "created", "model")}
+    chunks = [
+        {
+            **base,
+            "choices": [{"index": 0, "text": words[i % len(words)], "logprobs": None, "finish_reason": None}],
+        }
+        for i in range(count)
+    ]
+    usage = {**body["usage"], "completion_tokens": count}
+    usage["total_tokens"] = usage["prompt_tokens"] + count
+    if (request.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": usage})
+    return chunks
+
+
 def not_found(model: str) -> dict[str, Any]:
     message = f"The model `{model}` does not exist."
     return {"error": {"message": message, "type": "NotFoundError", "param": None, "code": 404}}

@@ -26,6 +26,7 @@ from vllm_ray_standin.answers import (
     models_list,
     not_found,
     parse,
+    stream_chunks,
 )
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -132,7 +133,21 @@ def handler_for(served: Served) -> type[BaseHTTPRequestHandler]:
                 model = request.get("model") if isinstance(request, dict) else None
                 self._json(404, not_found(str(model)))
                 return
-            self._json(200, served.answer(request))
+            body = served.answer(request)
+            if request.get("stream"):
+                self._stream(stream_chunks(body, request))
+            else:
+                self._json(200, body)
+
+        def _stream(self, chunks: list[dict[str, Any]]) -> None:
+            """Server-sent events, then `[DONE]`; the connection closes after it (HTTP/1.0)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
 
         def _json(self, status: int, body: dict[str, Any]) -> None:
             self._send(status, json.dumps(body).encode(), "application/json")
