@@ -26,6 +26,7 @@ def test_inventory_round_trips_with_defaults_hosts_groups_and_models() -> None:
                 "port": 22,
                 "identity_file": "/f/id_ed25519",
                 "known_hosts": "/f/known_hosts",
+                "connect_timeout_s": 30,
             },
             "driver": {"branch": "580"},
             "engine": {

