@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from vllmctl.inventory.model import Inventory
+from vllmctl.desired import HostContext
+from vllmctl.inventory.model import ClusterSpec, Inventory
 from vllmctl.multinode.group_release import GroupManifest, GroupSpec, group_manifests
 from vllmctl.releases import HostReleases, Release
 from vllmctl.runner.apply_groups import (
@@ -19,6 +20,7 @@ from vllmctl.runner.apply_groups import (
     summary,
 )
 from vllmctl.runner.cluster_release import GroupGateOptions
+from vllmctl.runner.fleet import planned_inventory
 
 Load = Callable[[str], Inventory]
 RAY, ENGINE = "vllmctl-ray-big.service", "vllmctl-big-model-0.service"
@@ -109,3 +111,18 @@ def test_the_summary_names_group_model_nodes_release_and_rollback() -> None:
         "group big (big-model on gpu-01, gpu-02): rolled_back release R2, rolled back to R1"
     ]
     assert run.failed and run.changed and run.to_json()["rolled_back_to"] == "R1"
+
+
+def test_a_model_whose_plan_needs_several_plain_list_hosts_becomes_a_group_named_after_it(load: Load) -> None:
+    plain = INVENTORY.replace("hosts: big,", "hosts: [gpu-01, gpu-02],").split("models:")[1]
+    inv = planned_inventory(load("models:" + plain))
+    big = inv.models["big-model"]
+    assert big.cluster == ClusterSpec("big-model", ("gpu-01", "gpu-02")) and inv.clusters == {
+        "big-model": big.cluster
+    }
+    assert inv.models["small"].cluster is None
+    assert HostContext(inv, inv.hosts["gpu-01"]).models() == []  # never started per host
+    plans = group_plans(inv, None, online=False)
+    assert (list(plans), plans["big-model"].pp, plans["big-model"].tp) == (["big-model"], 2, 8)
+    fits = load("models:\n  small: {source: Qwen/Qwen3-8B, hosts: [gpu-01, gpu-02], port: 8100}\n")
+    assert planned_inventory(fits) is fits  # one host holds it: a replica per host, as before

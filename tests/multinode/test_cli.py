@@ -93,15 +93,27 @@ def test_status_shows_the_group_as_one_entry_even_when_no_node_answers(tmp_path:
     assert "group nodes (head gpu-01): Ray units: gpu-01 unreachable, gpu-02 unreachable" in shown.stdout
 
 
-def test_apply_refuses_a_model_that_needs_several_hosts_of_a_plain_host_list_before_touching_any(
+def plain_list(tmp_path: Path) -> Path:
+    """UNREACHABLE without its multi_node group: the 405B model on a plain list of two hosts."""
+    inventory = tmp_path / "plain.yml"
+    groups, models = UNREACHABLE.format(known=tmp_path / "known_hosts").split("models:\n")
+    plain = models.replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
+    inventory.write_text(groups.split("groups:\n")[0] + "models:\n" + plain)
+    return inventory
+
+
+def test_a_model_that_needs_both_hosts_of_a_plain_list_is_one_group_for_apply_and_status(
     tmp_path: Path,
 ) -> None:
-    inventory = tmp_path / "plain.yml"  # the hosts listen on nothing: a touched host would fail differently
-    groups, models = UNREACHABLE.format(known=tmp_path / "known_hosts").split("models:\n")
-    plain_list = models.replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
-    inventory.write_text(groups.split("groups:\n")[0] + "models:\n" + plain_list)
-    result = vllmctl("apply", str(inventory), "--check", "--offline")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert f"error: {inventory}: model 'llama-405b' needs several of its hosts as one engine" in result.stderr
-    assert "multi_node: true" in result.stderr and "Traceback" not in result.stderr
-    assert vllmctl("apply", str(inventory), "--check", "--offline", "--limit", "gpu-03").returncode != 2
+    inventory = str(plain_list(tmp_path))  # nothing listens on port 1: every SSH and HTTP call is refused
+    applied = vllmctl("apply", inventory, "--check", "--offline", "--json")
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    group = json.loads(applied.stdout)["groups"]["llama-405b"]
+    assert (group["group"], group["nodes"], group["status"]) == (
+        "llama-405b",
+        ["gpu-01", "gpu-02"],
+        "not_started",
+    )
+    shown = vllmctl("status", inventory, "--json", "--interval", "0")
+    [entry] = json.loads(shown.stdout)["entries"]  # one engine over both hosts: no per-host half engines
+    assert (entry["host"], entry["model"], entry["group"]["group"]) == ("gpu-01", "llama-405b", "llama-405b")

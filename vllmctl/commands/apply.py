@@ -34,6 +34,7 @@ from vllmctl.runner.fleet import (
     host_contexts,
     local_audit_path,
     lock_owner,
+    planned_inventory,
     resolve_secrets,
     select_hosts,
     ssh_remote,
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
     hosts = select_hosts(inventory, args.limit)
     gpus = gathered_gpus(inventory, hosts, ui)
+    inventory = planned_inventory(inventory, gpus, online=not args.offline)
     plans = deployment_plans(inventory, hosts, gpus, online=not args.offline)
     clusters = group_plans(inventory, gpus, online=not args.offline) if gates(playbook) else {}
     if not (args.check or args.yes) and sys.stdin.isatty():

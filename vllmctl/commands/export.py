@@ -19,7 +19,7 @@ from vllmctl.desired import HostContext, ModelPlan
 from vllmctl.errors import EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.runner.fleet import model_plans, served_plan
+from vllmctl.runner.fleet import model_plans, planned_inventory, served_plan
 
 JOB = "vllmctl"
 DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"
@@ -119,7 +119,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
-    inventory = load_inventory(args.inventory)  # checked for scrape-config too: a bad file fails early
+    inventory = planned_inventory(load_inventory(args.inventory))  # a bad file fails early, always
     if args.format == "scrape-config":
         snippet = scrape_config(args.sd_file or DEFAULT_SD_FILE)
         if args.output:

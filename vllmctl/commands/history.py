@@ -21,7 +21,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_history import GroupNodes, group_history_rows
 from vllmctl.release_gate import read_releases
 from vllmctl.releases import HostReleases, recovery_needed
-from vllmctl.runner.fleet import host_contexts, select_hosts, ssh_remote
+from vllmctl.runner.fleet import host_contexts, planned_inventory, select_hosts, ssh_remote
 from vllmctl.runner.group_nodes import multi_node_groups, read_group_listings
 from vllmctl.runner.remote import Remote
 
@@ -186,7 +186,7 @@ def run(
     remote_for: RemoteFor = ssh_remote,
     read_groups: GroupReader = read_group_listings,
 ) -> int:
-    inventory = load_inventory(args.inventory)
+    inventory = planned_inventory(load_inventory(args.inventory))
     selected = select_hosts(inventory, args.host)
     contexts = host_contexts(inventory, selected, {})
     found = survey(contexts, remote_for, args.timeout, args.forks)

@@ -30,7 +30,7 @@ from vllmctl.release_gate import (
 )
 from vllmctl.releases import ReleaseError, rollback_target
 from vllmctl.runner.cluster_release import GroupGateOptions, roll_back_group, rollback_plan
-from vllmctl.runner.fleet import host_contexts, lock_owner, select_hosts, ssh_remote
+from vllmctl.runner.fleet import host_contexts, lock_owner, planned_inventory, select_hosts, ssh_remote
 from vllmctl.runner.group_nodes import multi_node_groups
 from vllmctl.runner.remote import Remote
 
@@ -234,7 +234,7 @@ def run(
     remote_for: RemoteFor = ssh_remote,
     health: HealthCheck = wait_for_health,
 ) -> int:
-    inventory = load_inventory(args.inventory)
+    inventory = planned_inventory(load_inventory(args.inventory))
     selected = select_hosts(inventory, args.limit)
     selection, problems = _selection(inventory, selected)
     hosts = [host for host in selected if host not in selection.covered]

@@ -32,7 +32,14 @@ from vllmctl.multinode.group_status import group_models, with_groups
 from vllmctl.planner.inventory_plan import InventoryPlan
 from vllmctl.releases import MANIFEST, RELEASES_DIR
 from vllmctl.runner.cluster import group_states
-from vllmctl.runner.fleet import host_contexts, on_each_host, runs_on_cpu, select_hosts, served_plan
+from vllmctl.runner.fleet import (
+    host_contexts,
+    on_each_host,
+    planned_inventory,
+    runs_on_cpu,
+    select_hosts,
+    served_plan,
+)
 from vllmctl.runner.remote import SshRemote
 from vllmctl.status_view import ModelStatus, findings, status_json, status_table
 
@@ -203,7 +210,7 @@ def _gather(
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
-    inv = load_inventory(args.inventory)
+    inv = planned_inventory(load_inventory(args.inventory))
     hosts = select_hosts(inv, args.limit)
     plan = served_plan(inv)
     if args.watch and not args.json:

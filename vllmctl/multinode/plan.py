@@ -182,6 +182,16 @@ def clusters_for(inv: Inventory, entries: Sequence[HostModelPlan]) -> dict[str, 
     return clusters
 
 
+def with_planned_clusters(inv: Inventory, entries: Sequence[HostModelPlan]) -> Inventory:
+    """`inv` where each model whose plan needs several of its plain-list hosts is one engine over them, as if
+    they were a multi_node group named after the model: every command then treats it as one group."""
+    implicit = {n: c for n, c in clusters_for(inv, entries).items() if inv.models[n].cluster is None}
+    if not implicit:
+        return inv
+    models = {name: replace(m, cluster=implicit.get(name, m.cluster)) for name, m in inv.models.items()}
+    return replace(inv, models=models, clusters={**inv.clusters, **{c.group: c for c in implicit.values()}})
+
+
 def cluster_entries(
     inv: Inventory,
     entries: Sequence[HostModelPlan],

@@ -18,7 +18,7 @@ from vllmctl.console import Ui
 from vllmctl.desired import HostContext, ModelPlan, Replica
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.plan import clusters_for
+from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.runner.remote import SshRemote
@@ -197,6 +197,15 @@ def cpu_engine_plans(inv: Inventory, archs: Mapping[str, ModelArch]) -> dict[tup
     return plans
 
 
+def planned_inventory(
+    inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
+) -> Inventory:
+    """`inv` with each model whose plan needs several of its hosts made one engine over them (a group named
+    after the model, multinode/plan.py); every command that treats groups reads the inventory through this."""
+    archs, _ = load_model_archs(inv, online=online)
+    return with_planned_clusters(inv, gpu_entries(inv, plan_inventory(inv, gpu_facts, archs)).entries)
+
+
 def deployment_plans(
     inv: Inventory, hosts: list[str], gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = True
 ) -> dict[str, dict[str, ModelPlan]]:
@@ -206,15 +215,6 @@ def deployment_plans(
     """
     archs, _ = load_model_archs(inv, online=online)
     planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs))
-    for name in clusters_for(inv, planned.entries):
-        model = inv.models[name]
-        if model.cluster is None and set(model.hosts) & set(hosts):
-            raise InputError(
-                f"{inv.path}: model {name!r} needs several of its hosts as one engine, but they are not a "
-                "multi_node group, so apply would start a part of it on each host",
-                "put those hosts in a group with `multi_node: true` and a `cluster_interface`, and name the "
-                "group in the model's hosts: apply then deploys it as one engine (docs/multinode.md)",
-            )
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     wanted.raise_for_failures()
     plans = model_plans(wanted)
