@@ -20,7 +20,7 @@ from vllmctl.runner.apply_groups import (
     summary,
 )
 from vllmctl.runner.cluster_release import GroupGateOptions
-from vllmctl.runner.fleet import planned_inventory
+from vllmctl.runner.fleet import load_model_archs, planned_inventory
 
 Load = Callable[[str], Inventory]
 RAY, ENGINE = "vllmctl-ray-big.service", "vllmctl-big-model-0.service"
@@ -83,7 +83,8 @@ def test_same_units_but_no_good_release_would_record_one() -> None:
 
 
 def test_only_models_on_a_multi_node_group_are_planned_as_groups(load: Load) -> None:
-    plans = group_plans(load(INVENTORY), None, online=False)
+    inv = load(INVENTORY)
+    plans = group_plans(inv, None, *load_model_archs(inv, online=False))
     assert list(plans) == ["big-model"]
     assert (plans["big-model"].hosts, plans["big-model"].tp, plans["big-model"].pp) == (
         ("gpu-01", "gpu-02"),
@@ -94,7 +95,7 @@ def test_only_models_on_a_multi_node_group_are_planned_as_groups(load: Load) -> 
 
 def test_a_group_cut_by_limit_or_a_failed_node_is_not_started_and_says_why(load: Load) -> None:
     inv = load(INVENTORY)
-    plans = group_plans(inv, None, online=False)
+    plans = group_plans(inv, None, *load_model_archs(inv, online=False))
     opts = GroupApplyOptions(check=False, gate=GroupGateOptions())
     logged: list[str] = []
     (cut,) = apply_groups(inv, plans, ["gpu-01", "gpu-03"], [], opts, logged.append)
@@ -122,7 +123,7 @@ def test_a_model_whose_plan_needs_several_plain_list_hosts_becomes_a_group_named
     }
     assert inv.models["small"].cluster is None
     assert HostContext(inv, inv.hosts["gpu-01"]).models() == []  # never started per host
-    plans = group_plans(inv, None, online=False)
+    plans = group_plans(inv, None, *load_model_archs(inv, online=False))
     assert (list(plans), plans["big-model"].pp, plans["big-model"].tp) == (["big-model"], 2, 8)
     fits = load("models:\n  small: {source: Qwen/Qwen3-8B, hosts: [gpu-01, gpu-02], port: 8100}\n")
     assert planned_inventory(fits) is fits  # one host holds it: a replica per host, as before

@@ -32,6 +32,7 @@ from vllmctl.runner.fleet import (
     gather_fleet_facts,
     gpu_facts_from,
     host_contexts,
+    load_model_archs,
     local_audit_path,
     lock_owner,
     planned_inventory,
@@ -152,9 +153,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
     hosts = select_hosts(inventory, args.limit)
     gpus = gathered_gpus(inventory, hosts, ui)
-    inventory = planned_inventory(inventory, gpus, online=not args.offline)
-    plans = deployment_plans(inventory, hosts, gpus, online=not args.offline)
-    clusters = group_plans(inventory, gpus, online=not args.offline) if gates(playbook) else {}
+    archs, arch_failures = load_model_archs(inventory, online=not args.offline)  # once: hub fetches are slow
+    inventory = planned_inventory(inventory, gpus, archs)
+    plans = deployment_plans(inventory, hosts, gpus, archs=archs)
+    clusters = group_plans(inventory, gpus, archs, arch_failures) if gates(playbook) else {}
     if not (args.check or args.yes) and sys.stdin.isatty():
         answer = input(f"converge {len(hosts)} host(s) with playbook {playbook.name!r}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):

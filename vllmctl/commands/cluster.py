@@ -19,7 +19,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import group_spec
 from vllmctl.multinode.group_status import ClusterState
 from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
-from vllmctl.multinode.preflight import PreflightReport
+from vllmctl.multinode.preflight import PreflightReport, node_addresses
 from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.releases import ReleaseError, inventory_digest
 from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight
@@ -87,9 +87,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
         if _preflight(args, ui, report) != EXIT_OK:
             return EXIT_FAILURE
-        addresses = {
-            host: found.interface_ip or inv.hosts[host].address for host, found in report.facts.items()
-        }
+        addresses = node_addresses(inv, report.facts)
         spec = group_spec(inv, plan, engine, addresses, args.start_engine)
         return _report(ui, deploy_group(inv, spec, opts, ui.info, locked), plan.hosts, args.json)
     finally:

@@ -231,6 +231,16 @@ def unchanged(states: NodeStates, wanted: Mapping[str, Manifest]) -> bool:
     return True
 
 
+def serving_unchanged(
+    states: NodeStates,
+    wanted: Mapping[str, Manifest],
+    installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
+) -> bool:
+    """`unchanged`, and every wanted unit active on its node: a deploy then records and restarts nothing."""
+    active = all(installed[n].get(u, ("", None))[0] == "active" for n, m in wanted.items() for u in m.units)
+    return active and unchanged(states, wanted)
+
+
 def manifests_of(states: NodeStates, release: str) -> dict[str, GroupManifest]:
     found = {}
     for node, state in states.items():

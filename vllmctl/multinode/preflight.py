@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vllmctl.desired import LIB_DIR, venv_path
-from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
+from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
 
 CLOCK_BOUND_S = 1.0
 LISTEN_SECONDS = 60  # listeners outlive the probes by a wide margin, then exit on their own
@@ -39,6 +39,11 @@ class NodeFacts:
     model_revision: str | None
     sent_at: float = 0.0
     received_at: float = 0.0
+
+
+def node_addresses(inv: Inventory, facts: Mapping[str, NodeFacts]) -> dict[str, str]:
+    """Each node's address on the cluster interface, else its inventory address (no interface named)."""
+    return {host: found.interface_ip or inv.hosts[host].address for host, found in facts.items()}
 
 
 @dataclass(frozen=True)

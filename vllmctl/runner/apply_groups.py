@@ -10,17 +10,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, unchanged
+from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, serving_unchanged
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
+from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
 from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
-from vllmctl.runner.fleet import load_model_archs
 from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
 from vllmctl.runner.plan import unified_diff
 
@@ -66,13 +67,14 @@ class GroupRun:
 
 
 def group_plans(
-    inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None, online: bool
+    inv: Inventory,
+    gpu_facts: Mapping[str, GpuFacts] | None,
+    archs: Mapping[str, ModelArch],
+    failures: Mapping[str, VllmctlError],
 ) -> dict[str, ClusterPlan]:
-    """Each model on a multi_node group, planned as one engine over the group (raises PlanError)."""
+    """Each model on a multi_node group, planned as one engine over the group from the architectures (and
+    load failures) of `load_model_archs` (raises PlanError, or the model's load failure)."""
     wanted = [m for m in inv.models.values() if m.cluster is not None]
-    if not wanted:
-        return {}
-    archs, failures = load_model_archs(inv, online=online)
     plans = {}
     for model in wanted:
         if model.source in failures:
@@ -88,8 +90,7 @@ def pending_changes(
     installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
 ) -> list[str]:
     """What deploying `wanted` would do, node by node; empty when `deploy_group` would leave it alone."""
-    active = all(installed[n].get(u, ("", None))[0] == "active" for n, m in wanted.items() for u in m.units)
-    if unchanged(states, wanted) and active:
+    if serving_unchanged(states, wanted, installed):
         return []
     changes = []
     for node, manifest in wanted.items():
@@ -147,7 +148,7 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
     group, nodes = plan.cluster.group, plan.hosts
     if opts.check:
         facts = node_facts(inv, model, plan.cluster, engine, nodes, opts.timeout_s)
-        addresses = {h: f.interface_ip or inv.hosts[h].address for h, f in facts.items()}
+        addresses = node_addresses(inv, facts)
         version = plan.cluster.ray.version
         missing_ray = [
             f"{h}: ray {version} would be installed in the engine venv"
@@ -176,7 +177,7 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
             problems = (*(p.render() for p in report.problems), "nothing was started")
             return GroupRun(plan.model, group, nodes, "preflight_failed", reasons=problems)
         log(f"preflight passed on {', '.join(nodes)}")
-        addresses = {h: f.interface_ip or inv.hosts[h].address for h, f in report.facts.items()}
+        addresses = node_addresses(inv, report.facts)
         spec = group_spec(inv, plan, engine, addresses, True)
         outcome = deploy_group(inv, spec, opts.gate, log, locked)
     finally:

@@ -21,6 +21,7 @@ from vllmctl.multinode.preflight import (
     Problem,
     cluster_ports,
     listener_argv,
+    node_addresses,
     node_facts_script,
     parse_listener,
     parse_node_facts,
@@ -63,9 +64,7 @@ def run_preflight(
             if isinstance(answered, VllmctlError):
                 report.problems.append(Problem(host, answered.message, answered.hint))
         report.problems += fact_problems(cluster, model, engine, report.facts)
-        addresses = {
-            host: found.interface_ip or inv.hosts[host].address for host, found in report.facts.items()
-        }
+        addresses = node_addresses(inv, report.facts)
         ports = cluster_ports(cluster)
         listeners = fan_out(
             tuple(report.facts),

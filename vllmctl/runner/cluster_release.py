@@ -39,7 +39,7 @@ from vllmctl.multinode.group_release import (
     group_prune_candidates,
     group_rollback_target,
     manifests_of,
-    unchanged,
+    serving_unchanged,
 )
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
@@ -98,10 +98,7 @@ def deploy_group(
         states = read_states(nodes, spec.group)
         wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
         installed = read_units(nodes, group_units(spec.group, spec.model, spec.nodes))
-        all_active = all(
-            installed[n].get(u, ("", None))[0] == "active" for n, m in wanted.items() for u in m.units
-        )
-        if unchanged(states, wanted) and all_active:
+        if serving_unchanged(states, wanted, installed):
             current = states[spec.head].current
             log(f"group release {current} unchanged and active on {', '.join(spec.nodes)}: not restarted")
             return GroupOutcome("unchanged", current, ray=wait_formed(nodes, wanted[spec.head], opts, log))

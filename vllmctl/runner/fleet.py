@@ -198,22 +198,30 @@ def cpu_engine_plans(inv: Inventory, archs: Mapping[str, ModelArch]) -> dict[tup
 
 
 def planned_inventory(
-    inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
+    inv: Inventory,
+    gpu_facts: Mapping[str, GpuFacts] | None = None,
+    archs: Mapping[str, ModelArch] | None = None,
 ) -> Inventory:
     """`inv` with each model whose plan needs several of its hosts made one engine over them (a group named
-    after the model, multinode/plan.py); every command that treats groups reads the inventory through this."""
-    archs, _ = load_model_archs(inv, online=online)
+    after the model, multinode/plan.py); every command that treats groups reads the inventory through this.
+    Without `archs`, the architectures are read offline."""
+    archs = load_model_archs(inv, online=False)[0] if archs is None else archs
     return with_planned_clusters(inv, gpu_entries(inv, plan_inventory(inv, gpu_facts, archs)).entries)
 
 
 def deployment_plans(
-    inv: Inventory, hosts: list[str], gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = True
+    inv: Inventory,
+    hosts: list[str],
+    gpu_facts: Mapping[str, GpuFacts] | None = None,
+    online: bool = True,
+    archs: Mapping[str, ModelArch] | None = None,
 ) -> dict[str, dict[str, ModelPlan]]:
-    """The planner's engine args and replicas per host and model, as apply renders them into units.
+    """The planner's engine args and replicas per host and model, as apply renders them into units; `archs`
+    as already loaded, else loaded here.
 
     Raises PlanError before any host is touched when a GPU deployment has no plan that fits.
     """
-    archs, _ = load_model_archs(inv, online=online)
+    archs = load_model_archs(inv, online=online)[0] if archs is None else archs
     planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs))
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     wanted.raise_for_failures()

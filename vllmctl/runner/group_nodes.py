@@ -20,7 +20,7 @@ from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops import Step, Upload
 from vllmctl.releases import HostReleases
 from vllmctl.runner.fleet import fan_out
-from vllmctl.runner.remote import LOCKED_EXIT, LOCKED_MARK, HostLockedError, finish_script, lock_script
+from vllmctl.runner.remote import finish_script, lock_script, raise_if_locked
 from vllmctl.transport import SshTransport
 
 T = TypeVar("T")
@@ -53,8 +53,7 @@ class Nodes:
 
         def take(node: str) -> str:
             result = self.transports[node].run(script, sudo=True, timeout=self.timeout_s)
-            if result.exited == LOCKED_EXIT and result.stdout.startswith(LOCKED_MARK):
-                raise HostLockedError(node, result.stdout[len(LOCKED_MARK) :].strip())
+            raise_if_locked(node, result)
             if not result.ok:
                 raise VllmctlError(
                     f"{node}: taking the host lock failed (exit {result.exited})",

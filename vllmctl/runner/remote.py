@@ -66,6 +66,12 @@ def lock_script(owner: str, break_lock: bool) -> str:
     )
 
 
+def raise_if_locked(host: str, result: Result) -> None:
+    """HostLockedError naming the owner when `result` is a lock or probe script's refusal."""
+    if result.exited == LOCKED_EXIT and result.stdout.startswith(LOCKED_MARK):
+        raise HostLockedError(host, result.stdout[len(LOCKED_MARK) :].strip())
+
+
 def probe_script() -> str:
     """Fail early when another apply holds the lock, without taking it (a no-op run writes nothing)."""
     return f"if [ -d {LOCK_DIR} ]; {_refuse_if_held()}"
@@ -94,8 +100,7 @@ class SshRemote:
 
     def _gather(self, prefix: str, requests: Requests, timeout: float) -> dict[str, Any]:
         result = self.transport.run(prefix + build_script(requests), sudo=True, timeout=timeout)
-        if result.exited == LOCKED_EXIT and result.stdout.startswith(LOCKED_MARK):
-            raise HostLockedError(self.name, result.stdout[len(LOCKED_MARK) :].strip())
+        raise_if_locked(self.name, result)
         if not result.ok:
             raise VllmctlError(
                 f"{self.name}: gathering facts failed (exit {result.exited})",
