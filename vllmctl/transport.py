@@ -81,6 +81,11 @@ def _connect_error(host: Host, exc: Exception) -> TransportError:
             f"{where}: unreachable (no answer within {ssh.connect_timeout_s:g}s)",
             "check the address, that the host is up and that sshd listens on that port",
         )
+    if isinstance(exc, EOFError):
+        return TransportError(
+            f"{where}: unreachable (the connection closed during the SSH handshake)",
+            "check that sshd runs and accepts connections (MaxStartups, a restart in progress)",
+        )
     return TransportError(f"{where}: unreachable ({exc})", "check the address, the port and that sshd runs")
 
 
@@ -150,7 +155,8 @@ class SshTransport:
                 allow_agent=ssh.identity_file is None,
                 look_for_keys=ssh.identity_file is None,
             )
-        except (paramiko.SSHException, OSError) as exc:
+        # paramiko re-raises its reader thread's EOFError when sshd closes the connection mid-handshake
+        except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
             raise _connect_error(self.host, exc) from exc
         self._client = client
@@ -272,8 +278,11 @@ class SshTransport:
                 f"{self.host.name}: sending {source} failed ({exc})",
                 "check the host's free disk and apply again",
             ) from exc
-        except paramiko.SSHException as exc:
-            raise TransportError(f"{self.host.name}: sending {source} failed ({exc})", "apply again") from exc
+        except (paramiko.SSHException, EOFError) as exc:  # SFTP reads EOF when the connection drops
+            raise TransportError(
+                f"{self.host.name}: connection lost while sending {source} ({exc or type(exc).__name__})",
+                "apply again: it converges from where it left off",
+            ) from exc
         q = shlex.quote
         script = (
             f"set -e; trap 'rm -f {q(sent)}' EXIT; "

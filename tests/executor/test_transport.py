@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shlex
+import socket
+import threading
 from pathlib import Path
 
 import paramiko
 import pytest
 from executor_builders import host
 
+from vllmctl.errors import TransportError
 from vllmctl.transport import SshTransport, _connect_error, _RecordingPolicy
 
 
@@ -38,6 +41,27 @@ def test_unknown_host_key_suggests_keyscan_or_explicit_trust_on_first_use() -> N
 def test_connect_errors_say_what_went_wrong(exc: Exception, words: str) -> None:
     error = _connect_error(host("gpu-1"), exc)
     assert words in error.message and error.hint
+
+
+def test_sshd_closing_mid_handshake_is_unreachable_not_a_crash() -> None:
+    """What a dying or restarting sshd does: it sends its banner and closes. paramiko raises a bare EOFError
+    for this, which once escaped apply as an internal error instead of an unreachable host."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def banner_then_close() -> None:
+        peer, _ = listener.accept()
+        with peer:
+            peer.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+            peer.recv(256)
+
+    server = threading.Thread(target=banner_then_close, daemon=True)
+    server.start()
+    transport = SshTransport(host("gpu-1", "127.0.0.1", port=port))
+    with pytest.raises(TransportError, match="closed during the SSH handshake"):
+        transport.connect()
+    server.join(timeout=10)
+    listener.close()
 
 
 def test_commands_run_through_sudo_and_a_remote_timeout() -> None:
