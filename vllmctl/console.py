@@ -43,6 +43,11 @@ class Ui:
         self.out.file.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
         self.out.file.flush()
 
+    def json_line(self, payload: Any) -> None:
+        """One compact JSON document per line (a stream: `status --watch --json`)."""
+        self.out.file.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
+        self.out.file.flush()
+
     def data(self, text: str) -> None:
         self.out.print(text)
 

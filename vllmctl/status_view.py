@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from vllmctl.advice import Advice
 from vllmctl.metrics import EngineMetrics, Rates
@@ -30,8 +32,8 @@ HEADERS = {
     "running": "RUNNING",
     "waiting": "WAITING",
     "kv_used": "KV USED",
-    "preempt_per_s": "PREEMPT/S",
-    "gen_tok_per_s": "GEN TOK/S",
+    "preempted": "PREEMPTED (/S)",
+    "tokens_per_s": "TOK/S IN/OUT",
     "kv_tokens": "KV TOKENS",
     "advice": "ADVICE",
 }
@@ -108,6 +110,21 @@ def _kv_cell(status: ModelStatus) -> str:
     return f"{measured:,} ({deviation:+.1%} vs plan){flag}"
 
 
+def _preempted(m: EngineMetrics | None, r: Rates | None) -> str:
+    """Preemptions since the engine started, and their rate over this status's scrapes."""
+    if m is None or m.preemptions_total is None:
+        return MISSING
+    rate = MISSING if r is None or r.preemptions_per_s is None else f"{r.preemptions_per_s:.2f}/s"
+    return f"{m.preemptions_total:,.0f} ({rate})"
+
+
+def _throughput(r: Rates | None) -> str:
+    """Prompt tokens in / generated tokens out per second over this status's scrapes."""
+    if r is None:
+        return MISSING
+    return f"{_number(r.prompt_tokens_per_s, 1)}/{_number(r.generation_tokens_per_s, 1)}"
+
+
 def status_row(status: ModelStatus) -> dict[str, str]:
     """One row of display text, keyed by COLUMNS."""
     m, r = status.metrics, status.rates
@@ -121,8 +138,8 @@ def status_row(status: ModelStatus) -> dict[str, str]:
         "running": _number(m.requests_running if m else None),
         "waiting": _number(m.requests_waiting if m else None),
         "kv_used": MISSING if m is None or m.kv_usage is None else f"{m.kv_usage:.0%}",
-        "preempt_per_s": _number(r.preemptions_per_s if r else None, 2),
-        "gen_tok_per_s": _number(r.generation_tokens_per_s if r else None, 1),
+        "preempted": _preempted(m, r),
+        "tokens_per_s": _throughput(r),
         "kv_tokens": _kv_cell(status),
         "advice": ", ".join(a.code for a in status.advice) or MISSING,
     }
@@ -164,6 +181,14 @@ def findings(statuses: Sequence[ModelStatus]) -> list[str]:
         if s.group is not None:
             lines.extend(f"{where}: group {s.group.group}: {problem}" for problem in s.group.problems())
     return lines
+
+
+def status_screen(statuses: Sequence[ModelStatus], title: str = "") -> Group:
+    """What `status --watch` redraws each round: a title line, the table, then the findings."""
+    parts: list[Table | Text] = [Text(title)] if title else []
+    parts.append(status_table(statuses))
+    parts.extend(Text(line) for line in findings(statuses))
+    return Group(*parts)
 
 
 def _metrics_json(m: EngineMetrics | None) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from vllmctl.status_view import (
     status_json,
     status_row,
     status_rows,
+    status_screen,
     status_table,
 )
 
@@ -55,8 +56,8 @@ def test_row_of_a_queueing_server() -> None:
         "running": "2",
         "waiting": "6",
         "kv_used": "35%",
-        "preempt_per_s": "0.00",
-        "gen_tok_per_s": "726.7",
+        "preempted": "0 (0.00/s)",
+        "tokens_per_s": "45.1/726.7",
         "kv_tokens": "768 (+0.0% vs plan)",
         "advice": "max-num-seqs-too-low",
     }
@@ -153,3 +154,21 @@ def test_all_healthy_is_ok() -> None:
 def test_metrics_without_kv_gauge_show_a_dash() -> None:
     bare = EngineMetrics(engine="sglang", model="m", requests_running=1.0)
     assert status_row(healthy(metrics=bare, planned_kv_tokens=None))["kv_used"] == "-"
+
+
+def test_preemptions_since_start_beside_their_recent_rate() -> None:
+    preempting = replace(QUEUEING, preemptions_total=3.0)
+    status = healthy(metrics=preempting, rates=Rates(6.08, 0.329, None, 727.0, 1.64))
+    row = status_row(status)
+    assert row["preempted"] == "3 (0.33/s)"
+    assert row["tokens_per_s"] == "-/727.0"  # no prompt counter in both scrapes: no prompt rate
+    assert status_row(healthy(rates=None))["preempted"] == "0 (-)"  # one scrape answered: no rate yet
+    assert status_row(healthy(metrics=None, rates=None))["tokens_per_s"] == "-"
+
+
+def test_the_watch_screen_is_title_table_and_findings() -> None:
+    out = io.StringIO()
+    Console(file=out, width=250, no_color=True).print(status_screen([healthy()], "round 1"))
+    title, header, row, *rest = out.getvalue().splitlines()
+    assert title == "round 1" and header.startswith("HOST") and row.startswith("gpu-01")
+    assert rest == findings([healthy()])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +41,7 @@ from vllmctl.runner.fleet import (
     served_plan,
 )
 from vllmctl.runner.remote import SshRemote
-from vllmctl.status_view import ModelStatus, findings, status_json, status_table
+from vllmctl.status_view import ModelStatus, findings, status_json, status_screen, status_table
 
 HTTP_TIMEOUT_S = 5.0
 CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"
@@ -53,7 +53,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--limit", help="comma list of hosts or groups")
     parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between the two scrapes")
-    parser.add_argument("--watch", action="store_true", help="refresh until interrupted")
+    parser.add_argument(
+        "--watch", action="store_true", help="refresh until Ctrl-C (with --json: one JSON document per line)"
+    )
+    parser.add_argument(
+        "--every", type=float, default=5.0, help="with --watch: seconds from one refresh to the next"
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host for SSH facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     parser.set_defaults(func=run)
@@ -209,20 +214,63 @@ def _gather(
         return with_groups(statuses, states.result())
 
 
+def watch(
+    gather: Callable[[], list[ModelStatus]],
+    show: Callable[[list[ModelStatus]], None],
+    every_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ModelStatus]:
+    """Gather and show a round every `every_s` seconds until Ctrl-C; the last complete round is returned."""
+    last: list[ModelStatus] = []
+    try:
+        while True:
+            started = clock()
+            statuses = gather()
+            show(statuses)
+            last = statuses
+            sleep(max(0.0, every_s - (clock() - started)))
+    except KeyboardInterrupt:
+        return last
+
+
+def _show_round(args: argparse.Namespace, ui: Ui, live: Live | None) -> Callable[[list[ModelStatus]], None]:
+    """A terminal redraws one screen in place; JSON and piped text get each round after the one before."""
+
+    def show(statuses: list[ModelStatus]) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if args.json:
+            ui.json_line({"time": stamp, **status_json(statuses)})
+            return
+        screen = status_screen(statuses, f"{stamp}  every {args.every:g}s, Ctrl-C to stop")
+        if live is None:
+            ui.out.print(screen)
+        else:
+            live.update(screen, refresh=True)
+
+    return show
+
+
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inv = planned_inventory(load_inventory(args.inventory))
     hosts = select_hosts(inv, args.limit)
     plan = served_plan(inv)
-    if args.watch and not args.json:
-        with Live(status_table([]), console=ui.out, auto_refresh=False) as live:
-            while True:
-                statuses = _gather(args, inv, hosts, plan)
-                live.update(status_table(statuses), refresh=True)
-    statuses = _gather(args, inv, hosts, plan)
-    if args.json:
-        ui.json(status_json(statuses))
+    if args.watch:
+
+        def gather() -> list[ModelStatus]:
+            return _gather(args, inv, hosts, plan)
+
+        if args.json or not ui.out.is_terminal:
+            statuses = watch(gather, _show_round(args, ui, None), args.every)
+        else:
+            with Live(status_screen([]), console=ui.out, auto_refresh=False) as live:
+                statuses = watch(gather, _show_round(args, ui, live), args.every)
     else:
-        ui.table(status_table(statuses))
-        for line in findings(statuses):
-            ui.info(line)
+        statuses = _gather(args, inv, hosts, plan)
+        if args.json:
+            ui.json(status_json(statuses))
+        else:
+            ui.table(status_table(statuses))
+            for line in findings(statuses):
+                ui.info(line)
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE
