@@ -52,12 +52,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("inventory", help="inventory file")
     parser.add_argument("--limit", help="comma list of hosts or groups")
     parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between the two scrapes")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="seconds between the two scrapes, which rates cover (default 1)",
+    )
     parser.add_argument(
         "--watch", action="store_true", help="refresh until Ctrl-C (with --json: one JSON document per line)"
     )
     parser.add_argument(
-        "--every", type=float, default=5.0, help="with --watch: seconds from one refresh to the next"
+        "--every",
+        type=float,
+        default=5.0,
+        help="with --watch: seconds from one round to the next (default 5)",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host for SSH facts")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
