@@ -158,7 +158,9 @@ def applied_hash(ctx: HostContext, model: ModelDeployment, replica: Replica) -> 
 
 def _base_layout(ctx: HostContext, params: Params) -> list[OpCall]:
     dirs = [ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, "/opt/vllmctl", VENVS_DIR]
-    return [OpCall("directory", {"path": path, "mode": "0755"}) for path in dirs]
+    # root only: each applied hash digests the env file, and a digest of a short API key can be guessed
+    modes = {STATE_DIR: "0700"}
+    return [OpCall("directory", {"path": path, "mode": modes.get(path, "0755")}) for path in dirs]
 
 
 def _service_user(ctx: HostContext, params: Params) -> list[OpCall]:

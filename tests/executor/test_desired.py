@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from executor_builders import inventory, model
 
-from vllmctl.desired import PENDING_TASKS, HostContext, ModelPlan, Replica, expand, render_unit
+from vllmctl.desired import PENDING_TASKS, STATE_DIR, HostContext, ModelPlan, Replica, expand, render_unit
 from vllmctl.errors import InvalidInputError, VllmctlError
 from vllmctl.inventory.model import EngineSpec
 from vllmctl.playbooks import load_playbook, parse_playbook
@@ -115,3 +115,9 @@ def test_registering_a_pending_task_makes_it_loadable(monkeypatch: pytest.Monkey
     monkeypatch.setitem(desired.TASKS, "driver_install", lambda ctx, params: [])
     text = "phases:\n  - name: drivers\n    tasks:\n      - task: driver_install\n"
     assert parse_playbook(text, "d.yml").phases[0].tasks[0].task == "driver_install"
+
+
+def test_only_root_reads_the_applied_hashes_which_digest_the_env_file() -> None:
+    modes = {call.args["path"]: call.args["mode"] for call in expand("base_layout", {}, _ctx())}
+    assert modes[STATE_DIR] == "0700"
+    assert {mode for path, mode in modes.items() if path != STATE_DIR} == {"0755"}
