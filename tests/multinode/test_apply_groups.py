@@ -74,6 +74,12 @@ def test_each_unit_that_differs_is_named_with_what_apply_would_do() -> None:
     assert f"gpu-02: {RAY} is failed: would be started" in stopped and len(stopped) == 3
 
 
+def test_a_changed_env_file_alone_restarts_the_engine_of_a_serving_group() -> None:
+    assert pending_changes(wanted(), serving(), installed(), env_changed=True) == [
+        "gpu-01: /etc/vllmctl/big-model.env changed: the engine would be restarted"
+    ]
+
+
 def test_same_units_but_no_good_release_would_record_one() -> None:
     made = wanted()
     release = next(iter(made.values())).id

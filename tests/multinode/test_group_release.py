@@ -12,11 +12,16 @@ import pytest
 
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_ops import (
+    EngineEnv,
     activation,
     create_group_release,
+    engine_env_record,
     engine_exited,
     engine_journal_command,
+    env_record_step,
+    env_state_script,
     journal_errors,
+    parse_env_state,
     parse_unit_state,
     pointer_step,
     unit_state_script,
@@ -33,6 +38,7 @@ from vllmctl.multinode.group_release import (
     unchanged,
 )
 from vllmctl.multinode.plan import plan_cluster
+from vllmctl.ops import Upload, sha256_text
 from vllmctl.releases import HostReleases, Release, ReleaseError, listing_command, pointer_switch
 
 VENV = "/opt/vllmctl/venvs/vllm-0.11.0"
@@ -263,6 +269,39 @@ def test_the_unit_state_script_runs_in_bash_and_reads_back_for_a_unit_not_instal
     output = subprocess.run(["bash", "-c", unit_state_script([unit])], capture_output=True, text=True).stdout
     [(state, digest)] = parse_unit_state(output).values()
     assert state in ("inactive", "unknown") and digest is None  # "unknown": no systemd on the test machine
+
+
+def test_the_env_state_script_reads_the_file_now_and_the_digest_of_its_last_start(tmp_path: Path) -> None:
+    env, record = tmp_path / "tiny.env", tmp_path / "engine-env.sha256"
+
+    def read() -> EngineEnv:
+        script = env_state_script(str(env), str(record))
+        return parse_env_state(subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout)
+
+    assert read() == EngineEnv(None, None)
+    content = 'HF_TOKEN="hf_one"\n'
+    env.write_text(content)
+    now = read()
+    assert now == EngineEnv(sha256_text(content), None)  # what the env_file operation uploaded, byte for byte
+    record.write_text(now.now + "\n")  # what env_record_step leaves after a passed start
+    assert read() == EngineEnv(now.now, now.now) and not read().changed()
+    env.write_text('HF_TOKEN="hf_two"\n')
+    assert read().changed()
+
+
+def test_the_engine_restarts_when_its_env_file_is_not_the_one_it_last_passed_with() -> None:
+    assert not EngineEnv(None, None).changed()  # no env file: nothing to restart for
+    assert EngineEnv("a", None).changed()  # never recorded: the next start records it
+    assert not EngineEnv("a", "a").changed()
+    assert EngineEnv("a", "a").changed("b")  # --check: the file the per-host tasks will write
+    assert not EngineEnv("b", "a").changed("a")
+
+
+def test_the_env_record_is_root_only_in_the_groups_directory() -> None:
+    (upload,) = env_record_step("big", "f" * 64).actions
+    assert isinstance(upload, Upload)
+    assert (upload.path, upload.content, upload.mode) == (engine_env_record("big"), "f" * 64 + "\n", "0600")
+    assert upload.path == "/var/lib/vllmctl/groups/big/engine-env.sha256"
 
 
 def test_the_engine_root_cause_is_found_above_the_reporting_traceback() -> None:

@@ -1,7 +1,8 @@
 """On real lab hosts over real SSH: `vllmctl apply` deploys a multi-node model itself, the lab's Ray stand-in
 (docs/multinode.md) on two hosts: the first apply stages everything and passes one group release (health
 and the smoke benchmark), `status` and `history` show it as one serving release, a second apply changes
-nothing, a changed engine argument is a new release (`--check --diff` shows the unit diff first), one the
+nothing, a changed env file alone (a rotated token) restarts the engine alone as a new release, a changed
+engine argument is a new release (`--check --diff` shows the unit diff first), one the
 engine refuses rolls the group back to the previous release, which serves again, and `vllmctl rollback`
 takes the whole group one release further back (one module, in order: the hosts are set up once)."""
 
@@ -126,6 +127,41 @@ def test_a_second_apply_changes_nothing(lab: RayLab) -> None:
     assert f"group release {RELEASES['first']} unchanged and active" in by_hand.stderr  # the same release
 
 
+def unit_show(lab: RayLab, host: Any, unit: str, prop: str) -> str:
+    return lab.sh(host, f"systemctl show -p {prop} --value -- {unit}").strip()
+
+
+def test_a_changed_env_file_alone_restarts_the_engine_as_a_new_group_release(lab: RayLab) -> None:
+    head = lab.hosts[0]
+    token = lab.workdir / "hf_token"
+    token.write_text("hf_lab_rotated\n")
+    lab.doc["secrets"] = {"hf_token": {"file": str(token)}}  # the env files get HF_TOKEN; no unit changes
+    engine, ray = "vllmctl-tiny-0.service", f"vllmctl-ray-{GROUP}.service"
+    started = {h.name: unit_show(lab, h, ray, "InvocationID") for h in lab.hosts}
+    engine_started = unit_show(lab, head, engine, "InvocationID")
+    code, doc, stderr = apply(lab, "token.yml", "--check")
+    assert code == EXIT_CHANGES, stderr[-4000:]
+    planned = doc["groups"]["tiny"]
+    assert planned["status"] == "would_change", planned
+    why = f"{head.name}: /etc/vllmctl/tiny.env changed: the engine would be restarted"
+    assert planned["reasons"] == [why]
+    code, doc, stderr = apply(lab, "token.yml")
+    assert code == 0, stderr[-4000:]
+    group = doc["groups"]["tiny"]
+    assert group["status"] == "passed" and group["release"] > RELEASES["first"], group
+    assert "tiny.env differs from the engine's last start: restarting it" in stderr
+    assert unit_show(lab, head, engine, "InvocationID") != engine_started
+    pid = unit_show(lab, head, engine, "MainPID")
+    assert "HF_TOKEN=hf_lab_rotated" in lab.sh(head, f"sudo cat /proc/{pid}/environ | tr '\\0' '\\n'")
+    assert {h.name: unit_show(lab, h, ray, "InvocationID") for h in lab.hosts} == started  # Ray kept running
+    serves_from_both_nodes(lab)
+    code, doc, stderr = apply(lab, "token-again.yml")
+    assert code == 0, stderr[-4000:]
+    again = doc["groups"]["tiny"]
+    assert (again["status"], again["release"]) == ("unchanged", group["release"])
+    RELEASES["token"] = group["release"]
+
+
 def test_a_changed_engine_argument_is_a_new_group_release(lab: RayLab) -> None:
     set_max_model_len(lab, 256)
     code, doc, stderr = apply(lab, "len256.yml", "--check", "--diff")
@@ -137,11 +173,11 @@ def test_a_changed_engine_argument_is_a_new_group_release(lab: RayLab) -> None:
     [diff] = planned["diffs"]  # the engine unit only: the Ray units stay as they are
     assert f"{head}:/etc/systemd/system/vllmctl-tiny-0.service (host)" in diff
     assert any(line.startswith("+ExecStart=") and "256" in line for line in diff.splitlines()), diff
-    assert pointers(lab) == {h.name: (RELEASES["first"], RELEASES["first"]) for h in lab.hosts}
+    assert pointers(lab) == {h.name: (RELEASES["token"], RELEASES["token"]) for h in lab.hosts}
     code, doc, stderr = apply(lab, "len256.yml")
     assert code == 0, stderr[-4000:]
     group = doc["groups"]["tiny"]
-    assert group["status"] == "passed" and group["release"] > RELEASES["first"], group
+    assert group["status"] == "passed" and group["release"] > RELEASES["token"], group
     assert pointers(lab) == {h.name: (group["release"], group["release"]) for h in lab.hosts}
     serves_from_both_nodes(lab)
     RELEASES["len256"] = group["release"]
@@ -163,10 +199,10 @@ def test_vllmctl_rollback_takes_the_whole_group_back_to_the_release_before(lab: 
     inventory = str(lab.inventory("rollback.yml"))
     planned = lab.vllmctl("rollback", inventory, "--json")
     assert planned.returncode == EXIT_CHANGES, planned.stdout[-3000:] + planned.stderr[-3000:]
-    assert json.loads(planned.stdout)["groups"][GROUP]["to"] == RELEASES["first"]
+    assert json.loads(planned.stdout)["groups"][GROUP]["to"] == RELEASES["token"]
     done = lab.vllmctl("rollback", inventory, "--yes", "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     group = json.loads(done.stdout)["groups"][GROUP]
-    assert (group["status"], group["rolled_back_to"]) == ("reactivated", RELEASES["first"]), group
-    assert pointers(lab) == {h.name: (RELEASES["first"], RELEASES["first"]) for h in lab.hosts}
+    assert (group["status"], group["rolled_back_to"]) == ("reactivated", RELEASES["token"]), group
+    assert pointers(lab) == {h.name: (RELEASES["token"], RELEASES["token"]) for h in lab.hosts}
     serves_from_both_nodes(lab)

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext
+from vllmctl.desired import HostContext, render_env
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.playbooks import Playbook, load_playbook, with_task_params
 from vllmctl.release_gate import GateOptions, gate_host
@@ -117,6 +118,7 @@ def deploy_groups(
     inventory: Inventory,
     result: RunResult,
     plans: Mapping[str, ClusterPlan],
+    contexts: Mapping[str, HostContext],
     started: str,
     ui: Ui,
 ) -> list[GroupRun]:
@@ -133,7 +135,12 @@ def deploy_groups(
         why = "--no-gate: a multi-node model is only deployed as a gated group release"
         return [GroupRun(m, p.cluster.group, p.hosts, "skipped", reasons=(why,)) for m, p in plans.items()]
     failed = [name for name, host in result.hosts.items() if host.status != "ok"]
-    opts = GroupApplyOptions(check=args.check, gate=gate, diff=args.diff)
+    engine_env = {
+        model: sha256_text(render_env(contexts[plan.head], inventory.models[model]))
+        for model, plan in plans.items()
+        if plan.head in contexts
+    }
+    opts = GroupApplyOptions(check=args.check, gate=gate, diff=args.diff, engine_env=engine_env)
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
 
@@ -179,7 +186,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     )
     with Progress(ui, hosts) as progress:
         result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
-    groups = deploy_groups(args, inventory, result, clusters, started, ui) if clusters else []
+    groups = deploy_groups(args, inventory, result, clusters, contexts, started, ui) if clusters else []
     if not args.check:
         record = {
             "time": started,

@@ -1,6 +1,6 @@
 """Group release steps, pure: what a node's group units are, activating a group release on one node
-(units from the release dir; unchanged active Ray units keep running), recording it, pointers, verdicts, and
-reading the engine unit's exit while health is awaited.
+(units from the release dir; unchanged active Ray units keep running), recording it, pointers, verdicts, the
+env file the head's engine last started with, and reading the engine unit's exit while health is awaited.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
-from vllmctl.ops.base import Command, Step, noop, run
+from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
 from vllmctl.releases import HostReleases, pointer_switch, release_dir
 
 UNIT_MARK = "@@vllmctl-unit"
+ENV_MARK = "@@vllmctl-env"
 
 
 def unit_state_script(units: Collection[str]) -> str:
@@ -38,6 +39,50 @@ def parse_unit_state(output: str) -> dict[str, tuple[str, str | None]]:
         if len(parts) == 4 and parts[0] == UNIT_MARK:
             found[parts[1]] = (parts[2], None if parts[3] == "-" else parts[3])
     return found
+
+
+def engine_env_record(group: str) -> str:
+    """Where the head keeps the sha256 of the env file its engine last started with and passed its gate."""
+    return f"{group_dir(group)}/engine-env.sha256"
+
+
+def env_state_script(env_file: str, record: str) -> str:
+    """The sha256 of `env_file` now and the one `record` holds (`-` for either when absent)."""
+    env, kept = shlex.quote(env_file), shlex.quote(record)
+    return (
+        f"now=$( [ -f {env} ] && sha256sum < {env} | cut -c1-64 || echo -)\n"
+        f"was=$(cat {kept} 2>/dev/null || true)\n"
+        f'printf \'{ENV_MARK} %s %s\\n\' "$now" "${{was:--}}"\n'
+    )
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """The head's env file (sha256) now and as its engine last started with it; None when absent."""
+
+    now: str | None
+    started: str | None
+
+    def changed(self, wanted: str | None = None) -> bool:
+        """Would starting the engine with `wanted` (by default the file as it is now) differ from its last
+        passed start: restarts come from this state, so a failed restart is tried again next time."""
+        target = wanted if wanted is not None else self.now
+        return target is not None and target != self.started
+
+
+def parse_env_state(output: str) -> EngineEnv:
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == ENV_MARK:
+            now, started = (None if part == "-" else part for part in parts[1:])
+            return EngineEnv(now, started)
+    return EngineEnv(None, None)
+
+
+def env_record_step(group: str, digest: str) -> Step:
+    # 0600: the digest of an env file holding a short API key could be guessed
+    upload = Upload(engine_env_record(group), digest + "\n", mode="0600")
+    return Step("group_env", f"{group} engine env {digest[:12]}", (upload,))
 
 
 @dataclass(frozen=True)

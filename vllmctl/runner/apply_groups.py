@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.desired import env_path
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, serving_unchanged
@@ -22,7 +23,7 @@ from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
-from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
+from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.runner.plan import unified_diff
 
 Log = Callable[[str], None]
@@ -88,11 +89,16 @@ def pending_changes(
     wanted: Mapping[str, GroupManifest],
     states: Mapping[str, HostReleases],
     installed: Mapping[str, Mapping[str, tuple[str, str | None]]],
+    env_changed: bool = False,
 ) -> list[str]:
-    """What deploying `wanted` would do, node by node; empty when `deploy_group` would leave it alone."""
-    if serving_unchanged(states, wanted, installed):
+    """What deploying `wanted` would do, node by node; empty when `deploy_group` would leave it alone.
+    `env_changed`: the head's env file will not be the one its engine last started with."""
+    if serving_unchanged(states, wanted, installed) and not env_changed:
         return []
     changes = []
+    if env_changed:
+        head = next(iter(wanted.values()))
+        changes.append(f"{head.head}: {env_path(head.model)} changed: the engine would be restarted")
     for node, manifest in wanted.items():
         for unit, text in sorted(manifest.units.items()):
             state, digest = installed.get(node, {}).get(unit, ("unknown", None))
@@ -112,6 +118,9 @@ class GroupApplyOptions:
     gate: GroupGateOptions
     diff: bool = False
     timeout_s: float = 60.0  # per node and preflight step
+    # model -> sha256 of the env file the per-host tasks write on its head: what --check compares with the
+    # engine's last start (a real run reads the file they wrote)
+    engine_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def apply_groups(
@@ -161,10 +170,11 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         try:
             states = read_states(found, group)
             installed = read_units(found, group_units(group, plan.model, nodes))
+            env_changed = read_engine_env(found, group, plan.model).changed(opts.engine_env.get(plan.model))
             diffs = unit_diffs(found, wanted, installed) if opts.diff else ()
         finally:
             found.close()
-        changes = [*missing_ray, *pending_changes(wanted, states, installed)]
+        changes = [*missing_ray, *pending_changes(wanted, states, installed, env_changed)]
         if not changes:
             return GroupRun(plan.model, group, nodes, "unchanged", states[plan.head].current)
         release = wanted[plan.head].id

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllmctl.desired import unit_name
+from vllmctl.desired import env_path, unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import EndpointCheck, Verdict, decide
 from vllmctl.health import FLOOR_S, HealthResult, Progress
@@ -24,6 +24,7 @@ from vllmctl.multinode.group_ops import (
     engine_exited,
     engine_journal_command,
     engine_restarts,
+    env_record_step,
     journal_errors,
     pointer_step,
     prune_step,
@@ -45,7 +46,7 @@ from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
 from vllmctl.release_gate import EngineExitedError, HealthCheck, SmokeBench, smoke_bench, wait_for_health
 from vllmctl.releases import release_endpoints
-from vllmctl.runner.group_nodes import Nodes, group_units, read_states, read_units
+from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 
 Log = Callable[[str], None]
 
@@ -98,10 +99,14 @@ def deploy_group(
         states = read_states(nodes, spec.group)
         wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
         installed = read_units(nodes, group_units(spec.group, spec.model, spec.nodes))
-        if serving_unchanged(states, wanted, installed):
+        env = read_engine_env(nodes, spec.group, spec.model)
+        env_changed = unit_name(spec.model, 0) in wanted[spec.head].units and env.changed()
+        if serving_unchanged(states, wanted, installed) and not env_changed:
             current = states[spec.head].current
             log(f"group release {current} unchanged and active on {', '.join(spec.nodes)}: not restarted")
             return GroupOutcome("unchanged", current, ray=wait_formed(nodes, wanted[spec.head], opts, log))
+        if env_changed:
+            log(f"{spec.head}: {env_path(spec.model)} differs from the engine's last start: restarting it")
         release = wanted[spec.head].id
         nodes.each(lambda node: nodes.step(node, create_group_release(wanted[node], states[node])))
         log(f"group release {release} recorded on {', '.join(spec.nodes)}")
@@ -110,6 +115,8 @@ def deploy_group(
             nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
         if verdict.passed:
             log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
+            if env.now is not None and unit_name(spec.model, 0) in wanted[spec.head].units:
+                nodes.step(spec.head, env_record_step(spec.group, env.now))
             pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
             nodes.each(lambda node: nodes.step(node, prune_step(spec.group, pruned[node])))
             return GroupOutcome("passed", release, verdict.reasons, ray=ray)

@@ -9,11 +9,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
-from vllmctl.desired import unit_name
+from vllmctl.desired import env_path, unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_history import GroupNodes
-from vllmctl.multinode.group_ops import parse_unit_state, unit_state_script
+from vllmctl.multinode.group_ops import (
+    EngineEnv,
+    engine_env_record,
+    env_state_script,
+    parse_env_state,
+    parse_unit_state,
+    unit_state_script,
+)
 from vllmctl.multinode.group_release import group_listing_command, parse_group_listing
 from vllmctl.multinode.plan import plan_cluster
 from vllmctl.multinode.units import ray_unit_name
@@ -114,6 +121,12 @@ def read_units(
     nodes: Nodes, units: Mapping[str, Sequence[str]]
 ) -> dict[str, dict[str, tuple[str, str | None]]]:
     return nodes.each(lambda node: parse_unit_state(nodes.shell(node, unit_state_script(units[node]))))
+
+
+def read_engine_env(nodes: Nodes, group: str, model: str) -> EngineEnv:
+    """The head's env file for `model` now and as the group's engine last started with it."""
+    script = env_state_script(env_path(model), engine_env_record(group))
+    return parse_env_state(nodes.shell(nodes.names[0], script))
 
 
 def group_units(group: str, model: str, nodes: Sequence[str]) -> dict[str, list[str]]:
