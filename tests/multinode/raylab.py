@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,21 +111,35 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         yield lab
     finally:
         # the provisioning tests use these hosts after this module: leave no venv, Ray state or model behind
-        leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray /var/lib/vllmctl/groups {model_dir.parent}"
-        units = f"/etc/systemd/system/{RAY_UNIT} /etc/systemd/system/vllmctl-tiny-0.service"
-        reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
-        steps = (
-            (f"sudo systemctl disable --now {RAY_UNIT} vllmctl-tiny-0.service", 300),
-            (f"sudo rm -rf {units} {leftovers}; {reload}", 600),
-        )
-        slow = []
-        for host in hosts:  # every step on every host, even when one is slow: a busy lab took >120 s once
-            for command, timeout in steps:
-                started = time.monotonic()
-                try:
-                    lab_fleet.ssh(host, command, timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    slow.append(f"{host.name}: `{command}` took over {timeout} s")
-                print(f"ray lab teardown: {host.name}: {command[:40]}... {time.monotonic() - started:.1f} s")
-        shutil.rmtree(model_dir.parent, ignore_errors=True)
-        assert not slow, slow
+        clean_pair(lab_fleet, hosts, (RAY_UNIT, "vllmctl-tiny-0.service"), model_dir, "ray lab")
+
+
+def clean_pair(
+    fleet: LabFleet,
+    hosts: Sequence[LabHostInfo],
+    units: Sequence[str],
+    model_dir: Path,
+    label: str,
+    *more: str,
+) -> None:
+    """The pair as the lab gave it: `units` disabled and removed, no venv, Ray state, group release, model
+    copy or `more` paths left. Every step on every host, each under its own limit, even when one is slow (a
+    busy lab took over 120 s once)."""
+    leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray /var/lib/vllmctl/groups {model_dir.parent}"
+    files = " ".join(f"/etc/systemd/system/{unit}" for unit in units)
+    reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
+    steps = (
+        (f"sudo systemctl disable --now {' '.join(units)}", 300),
+        (f"sudo rm -rf {' '.join((files, leftovers, *more))}; {reload}", 600),
+    )
+    slow = []
+    for host in hosts:
+        for command, timeout in steps:
+            started = time.monotonic()
+            try:
+                fleet.ssh(host, command, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                slow.append(f"{host.name}: `{command}` took over {timeout} s")
+            print(f"{label} teardown: {host.name}: {command[:40]}... {time.monotonic() - started:.1f} s")
+    shutil.rmtree(model_dir.parent, ignore_errors=True)
+    assert not slow, slow

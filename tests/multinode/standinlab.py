@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from raylab import RAY_UNIT, RayLab, pair_doc
+from raylab import RAY_UNIT, RayLab, clean_pair, pair_doc
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
-from vllmctl.lab.testing import LabFleet, LabHostInfo
+from vllmctl.lab.testing import LabFleet
 
 ENGINE_UNIT = "vllmctl-tiny-0.service"
 MODEL_DIR = "/var/tmp/vllmctl-standin-{pid}/tiny"
@@ -54,26 +52,5 @@ def standin_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
     try:
         yield lab
     finally:
-        teardown(lab_fleet, hosts, model_dir)
-
-
-def teardown(fleet: LabFleet, hosts: tuple[LabHostInfo, LabHostInfo], model_dir: Path) -> None:
-    """Every step on every host, each under its own limit, even when one is slow (as raylab.py's)."""
-    leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray /var/lib/vllmctl/groups {model_dir.parent}"
-    units = f"/etc/systemd/system/{RAY_UNIT} /etc/systemd/system/{ENGINE_UNIT}"
-    reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
-    steps = (
-        (f"sudo systemctl disable --now {ENGINE_UNIT} {RAY_UNIT}", 300),
-        (f"sudo rm -rf {units} {leftovers} /var/lib/vllmctl/releases /etc/vllmctl; {reload}", 600),
-    )
-    slow = []
-    for host in hosts:
-        for command, timeout in steps:
-            started = time.monotonic()
-            try:
-                fleet.ssh(host, command, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                slow.append(f"{host.name}: `{command}` took over {timeout} s")
-            print(f"stand-in lab teardown: {host.name}: {command[:40]}... {time.monotonic() - started:.1f} s")
-    shutil.rmtree(model_dir.parent, ignore_errors=True)
-    assert not slow, slow
+        more = ("/var/lib/vllmctl/releases", "/etc/vllmctl")
+        clean_pair(lab_fleet, hosts, (ENGINE_UNIT, RAY_UNIT), model_dir, "stand-in lab", *more)

@@ -100,7 +100,8 @@ def deploy_group(
         wanted = group_manifests(spec, opts.created_at, opts.owner, opts.inventory_digest)
         installed = read_units(nodes, group_units(spec.group, spec.model, spec.nodes))
         env = read_engine_env(nodes, spec.group, spec.model)
-        env_changed = unit_name(spec.model, 0) in wanted[spec.head].units and env.changed()
+        starts_engine = unit_name(spec.model, 0) in wanted[spec.head].units
+        env_changed = starts_engine and env.changed()
         if serving_unchanged(states, wanted, installed) and not env_changed:
             current = states[spec.head].current
             log(f"group release {current} unchanged and active on {', '.join(spec.nodes)}: not restarted")
@@ -115,7 +116,7 @@ def deploy_group(
             nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
         if verdict.passed:
             log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
-            if env.now is not None and unit_name(spec.model, 0) in wanted[spec.head].units:
+            if starts_engine and env.now is not None:
                 nodes.step(spec.head, env_record_step(spec.group, env.now))
             pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
             nodes.each(lambda node: nodes.step(node, prune_step(spec.group, pruned[node])))
