@@ -19,8 +19,9 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
-from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+from vllmctl.planner.vllm_memory import vllm_memory
 from vllmctl.planner.weights import weight_gib
 
 FALLBACK_VERSION = "0.11.0"

@@ -22,8 +22,9 @@ from vllmctl.inventory.model import (
 )
 from vllmctl.planner import DeploymentRequest, plan_deployment
 from vllmctl.planner.inventory_plan import plan_inventory
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import parse_version
-from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+from vllmctl.planner.vllm_memory import vllm_memory
 
 H100 = lookup_gpu("H100-80GB")
 L4 = lookup_gpu("L4")

@@ -9,13 +9,14 @@ import pytest
 
 from vllmctl.catalog.gpus import lookup_gpu
 from vllmctl.catalog.loader import load_arch
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
     cudagraph_capture_sizes,
     default_batch_limits,
     default_gpu_memory_utilization,
     parse_version,
 )
-from vllmctl.planner.vllm_memory import VllmSettings, activation_peak_bytes, vllm_memory
+from vllmctl.planner.vllm_memory import activation_peak_bytes, vllm_memory
 
 GIB = 1 << 30
 H100 = lookup_gpu("H100-80GB")

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from vllmctl.catalog.arch import ModelArch, QuantConfig
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.catalog.params import padded_vocab, pipeline_stages, stage_linears
+from vllmctl.catalog.quant import QuantConfig
 from vllmctl.planner.weights import linear_bytes, stage_weight_bytes, weight_gib
 
 # Per layer: qkv [1536 x 1024], o [1024 x 1024], gate_up [8192 x 1024], down [1024 x 4096], 2 norms of 1024.

@@ -11,9 +11,10 @@ from vllmctl.catalog.gpus import lookup_gpu
 from vllmctl.catalog.loader import load_arch
 from vllmctl.planner import DeploymentRequest, plan_deployment
 from vllmctl.planner.multimodal import encoder_memory, encoder_params_per_rank
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import parse_version
 from vllmctl.planner.vllm_features import graph_modes
-from vllmctl.planner.vllm_memory import MemoryBreakdown, VllmSettings, cudagraph_bytes, vllm_memory
+from vllmctl.planner.vllm_memory import MemoryBreakdown, cudagraph_bytes, vllm_memory
 from vllmctl.planner.weights import stage_weight_bytes
 
 H100 = lookup_gpu("H100-80GB")

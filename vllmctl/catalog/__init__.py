@@ -1,8 +1,9 @@
 """Model architectures and GPU specifications shipped for offline planning."""
 
-from vllmctl.catalog.arch import ModelArch, QuantConfig, parse_config
+from vllmctl.catalog.arch import ModelArch, parse_config
 from vllmctl.catalog.gpus import GPUS, GpuModel, lookup_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import load_arch, resolve_catalog, with_quantization
+from vllmctl.catalog.quant import QuantConfig
 
 __all__ = [
     "GPUS",

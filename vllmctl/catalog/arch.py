@@ -6,31 +6,13 @@ Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS), MoE (Qwen3-MoE, DeepSeek, gpt
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from vllmctl.catalog.quant import QuantConfig, parse_quantization
 from vllmctl.errors import InputError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
-@dataclass(frozen=True)
-class QuantConfig:
-    """What a checkpoint's `quantization_config` means for weight bytes.
-
-    method: fp8 | w8a8 | awq | gptq | mxfp4 | nvfp4 | bnb4; bits per quantized weight; group_size for
-    group-wise scales (0 = per channel); block for fp8 block scales; attention_quantized False when the
-    attention projections are left unconverted (gpt-oss).
-    """
-
-    method: str
-    bits: int = 8
-    group_size: int = 0
-    block: int = 0
-    attention_quantized: bool = True
-    experts_only: bool = False
-    unquantized_mlp_layers: tuple[int, ...] = ()  # e.g. Meta's FP8 405B keeps the first and last FFN
 
 
 @dataclass(frozen=True)
@@ -124,78 +106,21 @@ def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
 
 
 def _derived_max_len(config: dict[str, Any]) -> int:
-    # vLLM's _get_and_verify_max_len: yarn and linear-style rope scaling stretch the trained context.
-    length = _int(config, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=4096)
+    """vLLM's _get_and_verify_max_len (config/model.py, 0.11.0): the smallest of the length keys, then rope
+    scaling stretches it (yarn from its original length) except su/longrope/llama3 and Gemma 3."""
+    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_target_positions",
+            "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
+    lengths = [_int(config, key) for key in keys if _int(config, key)]
+    length = _int(config, "model_max_length") or (min(lengths) if lengths else 2048)
     scaling = config.get("rope_scaling")
-    if isinstance(scaling, dict):
+    if isinstance(scaling, dict) and "gemma3" not in str(config.get("model_type", "")):
         rope_type = scaling.get("rope_type") or scaling.get("type")
-        factor = scaling.get("factor")
-        if rope_type not in ("su", "longrope", "llama3", "default", "mrope", None) and isinstance(
-            factor, int | float
-        ):
+        factor = scaling.get("factor", 1.0)
+        if rope_type not in ("su", "longrope", "llama3", "mrope") and isinstance(factor, int | float):
             if rope_type == "yarn":
                 length = int(scaling.get("original_max_position_embeddings", length))
             length = int(length * factor)
     return length
-
-
-def parse_quantization(raw: Any) -> QuantConfig | None:
-    """Reads a checkpoint's quantization_config; unknown methods are an input error."""
-    if not isinstance(raw, dict):
-        return None
-    method = str(raw.get("quant_method", "")).lower()
-    ignored = [str(m) for m in raw.get("modules_to_not_convert") or raw.get("ignore") or []]
-    attention_quantized = not any("attn" in m for m in ignored)
-    mlp_layers = tuple(sorted({int(m) for m in re.findall(r"layers\.(\d+)\.mlp", " ".join(ignored))}))
-    if method in ("fp8", "fbgemm_fp8"):
-        block = raw.get("weight_block_size")
-        return QuantConfig(
-            "fp8",
-            8,
-            block=int(block[0]) if block else 0,
-            attention_quantized=attention_quantized,
-            unquantized_mlp_layers=mlp_layers,
-        )
-    if method in ("awq", "awq_marlin"):
-        return QuantConfig(
-            "awq",
-            int(raw.get("bits") or raw.get("w_bit") or 4),
-            int(raw.get("group_size") or raw.get("q_group_size") or 128),
-        )
-    if method in ("gptq", "gptq_marlin"):
-        return QuantConfig("gptq", int(raw.get("bits", 4)), int(raw.get("group_size", 128)))
-    if method == "mxfp4":
-        return QuantConfig("mxfp4", 4, 32, attention_quantized=False, experts_only=True)
-    if method == "bitsandbytes":
-        return QuantConfig("bnb4", 4, 64)
-    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
-        algo = str(raw.get("quant_algo", raw.get("quantization", {}).get("quant_algo", "nvfp4"))).lower()
-        return QuantConfig("fp8", 8) if "fp8" in algo else QuantConfig("nvfp4", 4, 16)
-    if method == "compressed-tensors":
-        return _compressed_tensors(raw, attention_quantized)
-    raise InputError(
-        f"unknown quantization method {method!r} in config.json",
-        "supported: fp8, fbgemm_fp8, awq, gptq, mxfp4, bitsandbytes, modelopt, compressed-tensors",
-    )
-
-
-def _compressed_tensors(raw: dict[str, Any], attention_quantized: bool) -> QuantConfig:
-    groups = raw.get("config_groups") or {}
-    weights: dict[str, Any] = {}
-    for group in groups.values():
-        if isinstance(group, dict) and isinstance(group.get("weights"), dict):
-            weights = group["weights"]
-            break
-    bits = int(weights.get("num_bits", 8))
-    kind = str(weights.get("type", "int"))
-    group_size = int(weights.get("group_size") or 0)
-    if kind == "float" and bits == 8:
-        return QuantConfig("fp8", 8, attention_quantized=attention_quantized)
-    if kind == "float" and bits == 4:
-        return QuantConfig("nvfp4", 4, group_size or 16, attention_quantized=attention_quantized)
-    if bits == 8:
-        return QuantConfig("w8a8", 8, group_size, attention_quantized=attention_quantized)
-    return QuantConfig("gptq", bits, group_size or 128, attention_quantized=attention_quantized)
 
 
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:

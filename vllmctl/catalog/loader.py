@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from vllmctl.catalog.arch import ModelArch, QuantConfig, parse_config, parse_config_text
+from vllmctl.catalog.arch import ModelArch, parse_config, parse_config_text
+from vllmctl.catalog.quant import QuantConfig
 from vllmctl.errors import InputError
 
 # Suffixes of published variants that share the base model's architecture, with the quantization they imply.
 _VARIANT_SUFFIXES: tuple[tuple[str, QuantConfig | None], ...] = (
-    (r"-quantized\.w8a8$", QuantConfig("w8a8", 8)),
+    (r"-quantized\.w8a8$", QuantConfig("w8a8", 8, checkpoint_method="compressed-tensors")),
     (r"-quantized\.w4a16$", QuantConfig("gptq", 4, 128)),
     (r"-fp8(-dynamic)?$", QuantConfig("fp8", 8)),
     (r"-awq$", QuantConfig("awq", 4, 128)),
     (r"-gptq(-int4)?$", QuantConfig("gptq", 4, 128)),
     (r"-gptq-int8$", QuantConfig("gptq", 8, 128)),
-    (r"-w8a8$", QuantConfig("w8a8", 8)),
+    (r"-w8a8$", QuantConfig("w8a8", 8, checkpoint_method="compressed-tensors")),
     (r"-instruct(-\d{4})?$", None),
     (r"-chat$", None),
     (r"-it$", None),

@@ -13,9 +13,10 @@ from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, lookup_gpu
 from vllmctl.catalog.loader import load_arch, with_quantization
 from vllmctl.console import Ui
 from vllmctl.errors import InputError
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.sglang_memory import SglangSettings, sglang_memory
 from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
-from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+from vllmctl.planner.vllm_memory import vllm_memory
 from vllmctl.planner.weights import checkpoint_gib
 
 DEFAULT_VERSIONS = {"vllm": "0.11.0", "sglang": "0.5.2"}

@@ -11,11 +11,11 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
 from vllmctl.planner.infeasible import infeasible_error
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import normalize_args, profile_tuning, valid_tp_sizes
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest
 from vllmctl.planner.versions import default_gpu_memory_utilization, parse_version
 from vllmctl.planner.vllm_features import expert_parallel, graph_modes
-from vllmctl.planner.vllm_memory import VllmSettings
 from vllmctl.planner.vllm_reasons import Candidate, evaluate, finish_plan
 
 MAX_PIPELINE_NODES = 16

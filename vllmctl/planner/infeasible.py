@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from vllmctl.catalog.arch import ModelArch, QuantConfig
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
+from vllmctl.catalog.quant import QuantConfig
 from vllmctl.errors import PlanError
-from vllmctl.planner.vllm_memory import VllmSettings, vllm_memory
+from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.vllm_memory import vllm_memory
 
 MAX_SEARCH_TP = 64
 

@@ -11,9 +11,10 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB
 from vllmctl.planner.multimodal import encoder_memory
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.types import Decision, DeploymentRequest
 from vllmctl.planner.versions import cudagraph_capture_sizes
-from vllmctl.planner.vllm_memory import MemoryBreakdown, VllmSettings, cudagraph_bytes
+from vllmctl.planner.vllm_memory import MemoryBreakdown, cudagraph_bytes
 from vllmctl.planner.weights import stage_weight_bytes
 
 REDUCED_CAPTURE_SIZES = (1, 2, 4, 8, 16, 32)

@@ -13,6 +13,7 @@ from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import padded_vocab, pipeline_stages
 from vllmctl.planner.kv import kv_layout
 from vllmctl.planner.multimodal import encoder_memory
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
     CUDAGRAPH_PROFILING_SINCE,
     NCCL_OUTSIDE_BUDGET_SINCE,
@@ -32,26 +33,6 @@ PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile ru
 SORTING_SAMPLER_BYTES = 36
 LIGHT_SAMPLER_BYTES = 8
 LIGHT_SAMPLER_SINCE: Version = (0, 13, 0)
-
-
-@dataclass(frozen=True)
-class VllmSettings:
-    """Engine arguments that decide memory, already resolved (no None)."""
-
-    version: Version
-    tp: int
-    pp: int
-    gpu_memory_utilization: float
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    kv_cache_memory_bytes: int | None = None
-    block_size: int | None = None
-    capture_sizes: tuple[int, ...] | None = None  # compilation_config cudagraph_capture_sizes; None: default
-    expert_parallel: bool = False
-    mm_items: int = 0  # images + videos per prompt the encoder is profiled with (vision-language models)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.planner.presets import sampling_plan
+from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, Replica
 from vllmctl.planner.versions import CUDAGRAPH_PROFILING_SINCE, NCCL_OUTSIDE_BUDGET_SINCE
@@ -16,7 +17,6 @@ from vllmctl.planner.vllm_features import expert_decision, graph_decisions, mult
 from vllmctl.planner.vllm_memory import (
     CUDA_CONTEXT_GIB,
     MemoryBreakdown,
-    VllmSettings,
     cudagraph_bytes,
     nccl_bytes,
     vllm_memory,

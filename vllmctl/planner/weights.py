@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from vllmctl.catalog.arch import ModelArch, QuantConfig
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.params import Linear, pipeline_stages, stage_linears
+from vllmctl.catalog.quant import QuantConfig
 
 GIB = 1 << 30
 SCALE_BYTES = 4  # fp32 per-channel / per-block scales

@@ -1,0 +1,37 @@
+"""The engine arguments one vLLM start is planned or checked with, resolved where vLLM has a default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllmctl.planner.versions import Version
+
+DEFAULT_SWAP_SPACE_GIB = 4.0  # CacheConfig.swap_space (vLLM 0.6–0.20)
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """What decides memory (the first group) and what vLLM's startup checks read (the rest)."""
+
+    version: Version
+    tp: int
+    pp: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    kv_cache_memory_bytes: int | None = None
+    block_size: int | None = None
+    capture_sizes: tuple[int, ...] | None = None  # compilation_config cudagraph_capture_sizes; None: default
+    expert_parallel: bool = False
+    mm_items: int = 0  # images + videos per prompt the encoder is profiled with (vision-language models)
+    dtype: str = "auto"  # --dtype as given; "auto" resolves from the checkpoint and the GPU
+    quantization: str | None = None  # --quantization as given; None reads the checkpoint's
+    dp: int = 1  # data_parallel_size inside one engine
+    enable_eplb: bool = False
+    num_redundant_experts: int = 0
+    swap_space_gib: float = DEFAULT_SWAP_SPACE_GIB
+    enable_chunked_prefill: bool | None = None  # None: vLLM's default for the version
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
