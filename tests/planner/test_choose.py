@@ -123,7 +123,8 @@ def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
     assert caught.value.message == (
         "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
         "at TP=2 weights 65.71 GiB + activations 1.13 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
-        "(gpu_memory_utilization 0.9)"
+        "(gpu_memory_utilization 0.9); vLLM would say: No available memory for the cache blocks. Try "
+        "increasing `gpu_memory_utilization` when initializing the engine."
     )
     assert caught.value.hint == (
         "options: use 16 GPUs (tensor_parallel_size 16, or pipeline_parallel_size 8 over 8 nodes); "
@@ -140,9 +141,11 @@ def test_too_long_context_lists_the_length_that_fits() -> None:
     assert "set max_model_len <= " in caught.value.hint
 
 
-def test_context_above_the_model_maximum_is_refused() -> None:
-    with pytest.raises(PlanError, match="above the model's 40960"):
+def test_context_above_the_model_maximum_is_refused_as_vllm_refuses_it() -> None:
+    with pytest.raises(InputError, match=r"greater than the derived max_model_len \(max_position_embeddings=40960"):
         plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, DeploymentRequest(max_model_len=65536))
+    allowed = DeploymentRequest(max_model_len=65536, allow_long_max_model_len=True)
+    assert plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, allowed).engine_args["max_model_len"] == 65536
 
 
 def test_bad_profile_and_no_gpus_are_input_errors() -> None:

@@ -32,6 +32,25 @@ class GpuModel:
     def cuda_bytes(self) -> int:
         return int(self.cuda_gib * GIB)
 
+    @property
+    def vendor(self) -> str:
+        return "amd" if self.smi_name.startswith("AMD") else "nvidia"
+
+    @property
+    def supports_bf16(self) -> bool:
+        """Ampere (8.0) and newer; vLLM casts bf16 checkpoints to float16 below it."""
+        return self.vendor != "nvidia" or self.compute_capability >= (8, 0)
+
+    @property
+    def native_fp8(self) -> bool:
+        """FP8 tensor cores (Ada 8.9, Hopper 9.0 and newer); Ampere runs FP8 weights through Marlin."""
+        return self.vendor != "nvidia" or self.compute_capability >= (8, 9)
+
+    @property
+    def native_fp4(self) -> bool:
+        """FP4 tensor cores (Blackwell, 10.0 and newer)."""
+        return self.vendor == "nvidia" and self.compute_capability >= (10, 0)
+
 
 GPUS: tuple[GpuModel, ...] = (
     GpuModel("B200", "NVIDIA B200", 183359, 178.36, 8000, 2250, "nvlink", (10, 0)),

@@ -106,7 +106,7 @@ def parse_quantization(raw: Any) -> QuantConfig | None:
     if method == "bitsandbytes":
         return QuantConfig("bnb4", 4, 64, checkpoint_method="bitsandbytes")
     if method in ("modelopt", "modelopt_fp4", "nvfp4"):
-        nested = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else {}
+        nested = raw["quantization"] if isinstance(raw.get("quantization"), dict) else {}
         algo = str(raw.get("quant_algo") or nested.get("quant_algo") or "nvfp4").lower()
         if "fp8" in algo:
             return QuantConfig("fp8", 8, checkpoint_method="modelopt")

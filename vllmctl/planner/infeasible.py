@@ -9,7 +9,9 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.quant import QuantConfig
 from vllmctl.errors import PlanError
+from vllmctl.planner.rules import valid_tp_sizes
 from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.vllm_guard import Guard
 from vllmctl.planner.vllm_memory import vllm_memory
 
 MAX_SEARCH_TP = 64
@@ -21,17 +23,26 @@ def _fits(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> bool:
 
 
 def gpus_needed(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> int | None:
+    """The fewest GPUs of this kind (a power of two) whose TP passes vLLM's shape rules and fits."""
     tp = 1
     while tp <= MAX_SEARCH_TP:
-        if arch.num_heads % tp == 0 and _fits(arch, gpu, replace(settings, tp=tp, pp=1)):
+        wider = replace(settings, tp=tp, pp=1, dp=1)
+        shapes_ok = tp in valid_tp_sizes(arch, gpu, tp, wider)
+        if shapes_ok and _fits(arch, gpu, wider):
             return tp
         tp *= 2
     return None
 
 
 def infeasible_error(
-    arch: ModelArch, gpu: GpuModel, gpu_count: int, settings: VllmSettings, explicit: dict[str, Any]
+    arch: ModelArch,
+    gpu: GpuModel,
+    gpu_count: int,
+    settings: VllmSettings,
+    explicit: dict[str, Any],
+    guard: Guard | None = None,
 ) -> PlanError:
+    """The closest configuration's numbers, vLLM's own refusal for it, and concrete options."""
     memory = vllm_memory(arch, gpu, settings)
     where = f"{gpu_count}x {gpu.name} ({gpu.cuda_gib:.2f} GiB each)"
     if memory.available_kv_cache_gib <= 0:
@@ -79,4 +90,8 @@ def infeasible_error(
             options.append(f"a {label} variant needs {variant.weights_gib:.2f} GiB/GPU ({verdict})")
     if not memory.startup_headroom_ok and memory.fits:
         options.append("lower gpu_memory_utilization or set enforce_eager: true")
-    return PlanError(f"{arch.name} does not fit on {where}: {detail}", "options: " + "; ".join(options))
+    refused = guard.memory_refusals(settings, memory) if guard is not None else []
+    said = f"; vLLM would say: {refused[0].message}" if refused else ""
+    return PlanError(
+        f"{arch.name} does not fit on {where}: {detail}{said}", "options: " + "; ".join(options)
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.sglang_memory import SglangMemory
 from vllmctl.planner.vllm_memory import MemoryBreakdown
 
@@ -30,6 +31,8 @@ class DeploymentRequest:
     images_per_prompt: int = 1  # vision-language models only
     videos_per_prompt: int = 0
     workload: str = "independent"  # or shared_prefix
+    host: HostResources = field(default_factory=HostResources)  # host memory and GPU memory in use (facts)
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Version = tuple[int, int, int]
 
 CUDAGRAPH_PROFILING_SINCE: Version = (0, 21, 0)  # PR #38284: estimate subtracted, util default 0.92
 NCCL_OUTSIDE_BUDGET_SINCE: Version = (0, 11, 0)  # PR #25359: NCCL initialised before the memory snapshot
+V1_DEFAULT_SINCE: Version = (0, 8, 0)  # the V1 engine (always chunked prefill) is the default from 0.8.0
 
 
 def parse_version(text: str) -> Version:

@@ -9,11 +9,13 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.planner.presets import sampling_plan
-from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.rules import Refusal
+from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, Replica
 from vllmctl.planner.versions import CUDAGRAPH_PROFILING_SINCE, NCCL_OUTSIDE_BUDGET_SINCE
 from vllmctl.planner.vllm_features import expert_decision, graph_decisions, multimodal_decision
+from vllmctl.planner.vllm_guard import Guard
 from vllmctl.planner.vllm_memory import (
     CUDA_CONTEXT_GIB,
     MemoryBreakdown,
@@ -29,14 +31,18 @@ MEMORY_SAVER_CEILING = 0.80
 class Candidate:
     settings: VllmSettings
     memory: MemoryBreakdown
+    refusals: tuple[Refusal, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.memory.fits and self.memory.startup_headroom_ok
+        return self.memory.fits and self.memory.startup_headroom_ok and not self.refusals
 
 
-def evaluate(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Candidate:
-    return Candidate(settings, vllm_memory(arch, gpu, settings))
+def evaluate(arch: ModelArch, gpu: GpuModel, settings: VllmSettings, guard: Guard | None = None) -> Candidate:
+    """The predicted startup for these settings and, given a guard, every rule of vLLM's it would break."""
+    memory = vllm_memory(arch, gpu, settings)
+    found = tuple(guard.refusals(settings, memory)) if guard is not None else ()
+    return Candidate(settings, memory, found)
 
 
 def _outside_budget_gib(settings: VllmSettings, layers: int, gpu: GpuModel) -> float:
@@ -59,8 +65,11 @@ def finish_plan(
     target: float,
     reasons: list[Decision],
     warnings: list[str],
+    guard: Guard,
 ) -> DeploymentPlan:
     s, mem = chosen.settings, chosen.memory
+    settled = {d.flag: d for d in reasons}  # decisions made while resolving the base settings
+    reasons = [d for d in reasons if d.flag not in ("max_num_seqs", "max_num_batched_tokens")]
     util = s.gpu_memory_utilization
     layers = math.ceil(arch.num_layers / s.pp)
     if "gpu_memory_utilization" not in explicit:
@@ -82,14 +91,15 @@ def finish_plan(
                 f"fragmentation and neighbours) and {non_kv:.2f} GiB non-KV + 2 full-length requests "
                 f"({2 * mem.needed_kv_gib:.2f} GiB KV) + 2% of {gpu.cuda_gib:.2f} GiB"
             )
-            if util < needed and not evaluate(arch, gpu, replace(s, gpu_memory_utilization=util)).ok:
+            lowered = evaluate(arch, gpu, replace(s, gpu_memory_utilization=util), guard)
+            if util < needed and not lowered.ok:
                 util = min(s.gpu_memory_utilization, needed)
                 why = f"{why}; {MEMORY_SAVER_CEILING} cannot hold one request, so {util}"
         else:
             version = ".".join(map(str, s.version))
             why = f"vLLM {version} default; leaves {outside:.2f} GiB needed outside the budget"
         if util != s.gpu_memory_utilization:
-            refined = evaluate(arch, gpu, replace(s, gpu_memory_utilization=util))
+            refined = evaluate(arch, gpu, replace(s, gpu_memory_utilization=util), guard)
             if refined.ok:
                 s, mem = refined.settings, refined.memory
             else:
@@ -100,7 +110,7 @@ def finish_plan(
         reasons.append(
             Decision("gpu_memory_utilization", util, f"explicit; {mem.requested_gib:.2f} GiB requested")
         )
-    replicas_count = gpu_count // s.tp if s.pp == 1 else 1
+    replicas_count = gpu_count // (s.tp * s.dp) if s.pp == 1 else 1
     tp_why = (
         f"TP={s.tp}: weights {mem.weights_gib:.2f} GiB/GPU leave {mem.available_kv_cache_gib:.2f} GiB KV = "
         f"{mem.kv_cache_tokens:,} tokens, {mem.max_concurrency:.2f}x requests of {s.max_model_len:,}"
@@ -122,12 +132,16 @@ def finish_plan(
                 else f"one node of {gpu_count} GPUs cannot hold the model; {s.pp} stages across nodes",
             )
         )
+    per_replica = s.tp * s.dp
+    dp_note = f" x DP {s.dp} (data_parallel_size inside each engine)" if s.dp > 1 else ""
     reasons.append(
         Decision(
             "data_parallel_replicas",
             replicas_count,
-            f"{gpu_count} GPUs / TP {s.tp} = {replicas_count} independent replicas "
-            "(replicas scale throughput better than wider TP when the model fits)",
+            f"{gpu_count} GPUs / (TP {s.tp}{dp_note}) = {replicas_count} independent replicas "
+            "(replicas scale throughput better than wider TP when the model fits)"
+            if per_replica <= gpu_count
+            else f"one engine of TP {s.tp} x DP {s.dp}",
         )
     )
     reasons.append(
@@ -138,20 +152,29 @@ def finish_plan(
             f"one request needs {mem.needed_kv_gib:.2f} GiB KV of {mem.available_kv_cache_gib:.2f}",
         )
     )
-    reasons.append(
-        Decision(
-            "max_num_seqs", s.max_num_seqs, "explicit" if "max_num_seqs" in explicit else tuning.why_seqs
-        )
+    seqs_why = "explicit" if "max_num_seqs" in explicit else tuning.why_seqs
+    if "max_num_seqs" in settled:
+        seqs_why = f"{tuning.why_seqs}, but {settled['max_num_seqs'].reason}"
+    reasons.append(Decision("max_num_seqs", s.max_num_seqs, seqs_why))
+    batch_why = (
+        "explicit"
+        if "max_num_batched_tokens" in explicit
+        else f"{tuning.why_batch}; activation peak {mem.activation_peak_gib:.2f} GiB"
     )
-    reasons.append(
-        Decision(
-            "max_num_batched_tokens",
-            s.max_num_batched_tokens,
-            "explicit"
-            if "max_num_batched_tokens" in explicit
-            else f"{tuning.why_batch}; activation peak {mem.activation_peak_gib:.2f} GiB",
+    if "max_num_batched_tokens" in settled:
+        batch_why = settled["max_num_batched_tokens"].reason
+        batch_why += f"; activation peak {mem.activation_peak_gib:.2f} GiB"
+    reasons.append(Decision("max_num_batched_tokens", s.max_num_batched_tokens, batch_why))
+    if s.swap_space_gib != DEFAULT_SWAP_SPACE_GIB and "swap_space" not in explicit:
+        reasons.append(
+            Decision(
+                "swap_space",
+                s.swap_space_gib,
+                f"vLLM pins swap_space per GPU and refuses more than 70 % of host memory: {s.tp} x "
+                f"{DEFAULT_SWAP_SPACE_GIB:g} GiB would exceed 70 % of the host's "
+                f"{request.host.ram_gib or 0:.0f} GiB (V1 recomputes preempted requests instead)",
+            )
         )
-    )
     reasons.append(
         Decision(
             "enable_prefix_caching",
@@ -220,7 +243,7 @@ def finish_plan(
     if s.pp == 1:
         args.pop("pipeline_parallel_size", None)
     args.update(explicit)
-    replicas = _replicas(replicas_count, s.tp, s.pp, request.base_port)
+    replicas = _replicas(replicas_count, s.tp * s.dp, s.pp, request.base_port)
     return DeploymentPlan(
         arch.name,
         "vllm",
