@@ -142,7 +142,8 @@ def test_too_long_context_lists_the_length_that_fits() -> None:
 
 
 def test_context_above_the_model_maximum_is_refused_as_vllm_refuses_it() -> None:
-    with pytest.raises(InputError, match=r"greater than the derived max_model_len \(max_position_embeddings=40960"):
+    derived = r"greater than the derived max_model_len \(max_position_embeddings=40960"
+    with pytest.raises(InputError, match=derived):
         plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, DeploymentRequest(max_model_len=65536))
     allowed = DeploymentRequest(max_model_len=65536, allow_long_max_model_len=True)
     assert plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, allowed).engine_args["max_model_len"] == 65536

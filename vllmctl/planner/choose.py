@@ -93,9 +93,7 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         chosen = search(kv_options[0], multi, tp_sizes[-1:], 1.0)
         if chosen is None and len(kv_options) > 1:
             chosen = search("fp8", multi, tp_sizes[-1:], 1.0)
-    widest = shaped(
-        replace(base, tp=max(tp_sizes), kv_cache_dtype=kv_options[0], capture_sizes=modes[0][1])
-    )
+    widest = shaped(replace(base, tp=max(tp_sizes), kv_cache_dtype=kv_options[0], capture_sizes=modes[0][1]))
     if chosen is None and request.allow_context_shrink and "max_model_len" not in guard.explicit:
         best = evaluate(arch, gpu, widest, guard).memory.max_model_len_that_fits
         shrunk = (best // 1024) * 1024 if best >= 2048 else best

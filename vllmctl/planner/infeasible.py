@@ -92,6 +92,4 @@ def infeasible_error(
         options.append("lower gpu_memory_utilization or set enforce_eager: true")
     refused = guard.memory_refusals(settings, memory) if guard is not None else []
     said = f"; vLLM would say: {refused[0].message}" if refused else ""
-    return PlanError(
-        f"{arch.name} does not fit on {where}: {detail}{said}", "options: " + "; ".join(options)
-    )
+    return PlanError(f"{arch.name} does not fit on {where}: {detail}{said}", "options: " + "; ".join(options))
