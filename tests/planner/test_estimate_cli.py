@@ -22,8 +22,8 @@ FIELDS = (
 )
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    assert main(["estimate", *argv, "--json"]) == 0
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> dict[str, object]:
+    assert main(["estimate", *argv, "--json"]) == code
     data: dict[str, object] = json.loads(capsys.readouterr().out)
     return data
 
@@ -38,9 +38,10 @@ def test_json_has_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
     assert isinstance(data["reasons"], list) and data["reasons"]
 
 
-def test_not_fitting_reports_largest_length(capsys: pytest.CaptureFixture[str]) -> None:
-    data = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "L4")
+def test_not_fitting_reports_largest_length_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    data = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "L4", code=1)
     assert data["fits"] is False
+    assert [r["rule"] for r in data["refusals"]] == ["kv-cache-holds-one-request"]  # type: ignore[attr-defined]
     assert isinstance(data["max_model_len_that_fits"], int) and 0 < data["max_model_len_that_fits"] < 40960
 
 
@@ -56,11 +57,15 @@ def test_kv_cache_memory_and_gpu_memory_flags(capsys: pytest.CaptureFixture[str]
 
 def test_quantization_and_tp_flags(capsys: pytest.CaptureFixture[str]) -> None:
     bf16 = run_json(capsys, "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "H100-80GB", "--tp", "4")
-    awq = run_json(
+    awq_id = "meta-llama/Llama-3.3-70B-Instruct-AWQ"
+    awq = run_json(capsys, "--model", awq_id, "--gpu", "H100-80GB", "--tp", "4")
+    online = run_json(
         capsys, "--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "H100-80GB", "--tp", "4",
-        "--quantization", "awq",
+        "--quantization", "fp8",
     )  # fmt: skip
     assert float(str(awq["weights_gib"])) < float(str(bf16["weights_gib"])) / 3
+    assert float(str(online["weights_gib"])) < float(str(bf16["weights_gib"])) * 0.55
+    assert (awq["quantization"], online["quantization"]) == ("awq", "fp8")
     assert bf16["tensor_parallel_size"] == 4
 
 
@@ -81,11 +86,12 @@ def test_human_output_is_a_table_and_reasons(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "L4"]) == 0
+    assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "L4"]) == 1
     captured = capsys.readouterr()
     assert "available_kv_cache_gib" in captured.out and "max_model_len_that_fits" in captured.out
     assert "- requested = 22.17 GiB x 0.9" in captured.out
-    assert "does not fit at max_model_len 40960" in captured.err
+    assert "To serve at least one request with the models's max seq len (40960)" in captured.err
+    assert "max_model_len at most" in captured.err
 
 
 def test_local_config_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -105,13 +111,20 @@ def test_local_config_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         (["--model", "Qwen/Qwen3-8B", "--gpu", "H101"], "did you mean H100-80GB"),
         (
             ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--gpu-memory-utilization", "1.5"],
-            "must be in (0, 1]",
+            "GPU memory utilization must be less than 1.0. Got 1.5.",
         ),
-        (["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--tp", "3"], "does not divide"),
+        (
+            ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--tp", "3"],
+            "must be divisible by tensor parallel size (3)",
+        ),
+        (
+            ["--model", "meta-llama/Llama-3.3-70B-Instruct", "--gpu", "H100", "--quantization", "awq"],
+            "Cannot find the config file for awq",
+        ),
         (["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--tp", "0"], "at least 1"),
         (
             ["--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--max-model-len", "65536"],
-            "exceeds the model's 40960",
+            "greater than the derived max_model_len (max_position_embeddings=40960",
         ),
         (["--model", "Qwen/Qwen3-8B", "--gpu-memory", "lots"], "cannot read 'lots'"),
         (

@@ -20,6 +20,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
+from vllmctl.planner.rules.base import HostResources
 from vllmctl.playbooks import Playbook, load_playbook, with_task_params
 from vllmctl.release_gate import GateOptions, gate_host
 from vllmctl.releases import inventory_digest
@@ -33,6 +34,7 @@ from vllmctl.runner.fleet import (
     gather_fleet_facts,
     gpu_facts_from,
     host_contexts,
+    host_resources_from,
     load_model_archs,
     local_audit_path,
     lock_owner,
@@ -144,13 +146,16 @@ def deploy_groups(
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
 
-def gathered_gpus(inventory: Inventory, hosts: list[str], ui: Ui) -> dict[str, GpuFacts]:
-    """GPUs from the hosts that declare none: facts fill in what the inventory leaves out."""
+def gathered_gpus(
+    inventory: Inventory, hosts: list[str], ui: Ui
+) -> tuple[dict[str, GpuFacts], dict[str, HostResources]]:
+    """GPUs and host memory from the hosts that declare no GPUs: facts fill in what the inventory omits."""
     undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
     if not undeclared:
-        return {}
+        return {}, {}
     contexts = host_contexts(inventory, undeclared, {})
-    return gpu_facts_from(gather_fleet_facts(contexts, ("gpus",), 30.0, 16), ui)
+    gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, 16)
+    return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
@@ -159,10 +164,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if args.health_timeout is not None:
         playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
     hosts = select_hosts(inventory, args.limit)
-    gpus = gathered_gpus(inventory, hosts, ui)
+    gpus, resources = gathered_gpus(inventory, hosts, ui)
     archs, arch_failures = load_model_archs(inventory, online=not args.offline)  # once: hub fetches are slow
     inventory = planned_inventory(inventory, gpus, archs)
-    plans = deployment_plans(inventory, hosts, gpus, archs=archs)
+    plans = deployment_plans(inventory, hosts, gpus, archs=archs, resources=resources)
     clusters = group_plans(inventory, gpus, archs, arch_failures) if gates(playbook) else {}
     if not (args.check or args.yes) and sys.stdin.isatty():
         answer = input(f"converge {len(hosts)} host(s) with playbook {playbook.name!r}? [y/N] ")

@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError, VllmctlError
+from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Problem, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import cluster_entries
@@ -27,10 +27,12 @@ from vllmctl.runner.fleet import (
     gather_fleet_facts,
     gpu_facts_from,
     host_contexts,
+    host_resources_from,
     load_model_archs,
     select_hosts,
     served_plan,
 )
+from vllmctl.runner.refusals import refused_problems
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,26 +74,39 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if args.from_status:
         return _from_status(args, ui, inv)
     selected = set(select_hosts(inv, args.limit))
-    facts = None
+    facts, resources = None, None
     if args.gather_facts:
         contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {})
-        facts = gpu_facts_from(gather_fleet_facts(contexts, ("gpus",), args.timeout, forks=16), ui)
+        gathered = gather_fleet_facts(contexts, ("gpus", "resources"), args.timeout, forks=16)
+        facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
-    plan = plan_inventory(inv, facts, archs)
+    plan = plan_inventory(inv, facts, archs, resources)
     entries = [e for e in cluster_entries(inv, plan.entries, facts, archs) if e.host in selected]
     entries = [_with_arch_failure(e, inv, arch_failures) for e in entries]
     on_cpu = cpu_engine_plans(inv, archs)  # a CPU build sizes its own memory: no GPU plan to show
     ok = all(e.plan or (e.host, e.model) in on_cpu for e in entries)
+    refused = refused_problems(inv, [e for e in entries if (e.host, e.model) not in on_cpu])
     if args.json:
-        ui.json({"ok": ok, "entries": [_cpu_json(e, on_cpu) for e in entries]})
+        problems = [{**_problem_json(p)} for p in refused]
+        ui.json({"ok": ok, "entries": [_cpu_json(e, on_cpu) for e in entries], "problems": problems})
     else:
         for entry in entries:
             cpu = on_cpu.get((entry.host, entry.model))
             if cpu:
                 _show_cpu(ui, entry, cpu)
-            else:
+            elif not entry.input_error:  # shown below with the inventory line that set the flag
                 _show(ui, entry)
+        for problem in refused:
+            ui.error(problem.render())
+    if refused:
+        return EXIT_USAGE
     return EXIT_OK if ok else EXIT_FAILURE
+
+
+def _problem_json(problem: Problem) -> dict[str, Any]:
+    where = problem.location
+    return {"file": where.file, "line": where.line, "column": where.column, "field": where.path,
+            "message": problem.message, "hint": problem.hint}  # fmt: skip
 
 
 def _cpu_json(entry: HostModelPlan, on_cpu: dict[tuple[str, str], CpuEnginePlan]) -> dict[str, Any]:

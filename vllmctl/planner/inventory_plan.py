@@ -11,8 +11,9 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import resolve_catalog
-from vllmctl.errors import PlanError, VllmctlError
+from vllmctl.errors import InputError, PlanError, VllmctlError
 from vllmctl.inventory.model import Host, Inventory, ModelDeployment
+from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.types import DeploymentPlan, DeploymentRequest
 
 GpuFacts = tuple[str, int, int]  # (nvidia-smi name, count, memory.total MiB)
@@ -27,6 +28,8 @@ class HostModelPlan:
     plan: DeploymentPlan | None
     error: str = ""
     hint: str = ""
+    input_error: bool = False  # the inventory's own flags are what vLLM refuses (exit 2, not 1)
+    refused_flags: tuple[str, ...] = ()  # engine_args names vLLM's checks refused
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +40,7 @@ class HostModelPlan:
             "plan": self.plan.to_json() if self.plan else None,
             "error": self.error or None,
             "hint": self.hint or None,
+            "refused_flags": list(self.refused_flags),
         }
 
 
@@ -52,11 +56,13 @@ class InventoryPlan:
         return [entry for entry in self.entries if entry.plan is None]
 
     def raise_for_failures(self) -> None:
+        """One error for every entry without a plan: an input error (exit 2) when any is the inventory's."""
         failed = self.failures()
         if failed:
             lines = [f"{e.host}/{e.model}: {e.error}" for e in failed]
             hints = [f"{e.host}/{e.model}: {e.hint}" for e in failed if e.hint]
-            raise PlanError("\n".join(lines), "\n  ".join(hints))
+            kind = InputError if any(e.input_error for e in failed) else PlanError
+            raise kind("\n".join(lines), "\n  ".join(hints))
 
     def replica_counts(self) -> dict[tuple[str, str], int]:
         """Engine processes per (host, model) where a plan exists."""
@@ -82,8 +88,16 @@ def host_gpus(host: Host, facts: Mapping[str, GpuFacts] | None) -> tuple[GpuMode
     return None
 
 
-def deployment_request(model: ModelDeployment, host: Host, nodes: int = 1) -> DeploymentRequest:
-    """What the planner is asked for one model on one host, from the inventory."""
+def allows_long_context(host: Host) -> bool:
+    """VLLM_ALLOW_LONG_MAX_MODEL_LEN in the engine's environment, read as vLLM's envs.py reads it."""
+    value = str(host.vars.get("env", {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0"))
+    return value.strip().lower() in ("1", "true")
+
+
+def deployment_request(
+    model: ModelDeployment, host: Host, nodes: int = 1, resources: HostResources | None = None
+) -> DeploymentRequest:
+    """What the planner is asked for one model on one host, from the inventory (and the host's facts)."""
     engine = model.engine or host.engine
     concurrency = model.slo.get("concurrency")
     return DeploymentRequest(
@@ -101,6 +115,8 @@ def deployment_request(model: ModelDeployment, host: Host, nodes: int = 1) -> De
         images_per_prompt=model.multimodal.get("images_per_prompt", 1),
         videos_per_prompt=model.multimodal.get("videos_per_prompt", 0),
         workload=model.workload,
+        host=resources or HostResources(),
+        allow_long_max_model_len=allows_long_context(host),
     )
 
 
@@ -127,11 +143,13 @@ def plan_inventory(
     inv: Inventory,
     gpu_facts: Mapping[str, GpuFacts] | None = None,
     archs: Mapping[str, ModelArch] | None = None,
+    resources: Mapping[str, HostResources] | None = None,
 ) -> InventoryPlan:
     """Every (host, model) pair planned; models sharing a host split its GPUs in inventory order.
 
     `archs` maps a model's source to its architecture (load them with catalog.load_arch first);
     sources missing from it are looked up in the shipped catalog only, so this stays free of I/O.
+    `resources` are what each host's facts say of its memory (vLLM's swap-space and free-memory checks).
     """
     from vllmctl.planner import plan_deployment
 
@@ -158,12 +176,14 @@ def plan_inventory(
             share = count // len(neighbours)
             start = neighbours.index(model.name) * share
             indices = tuple(range(start, start + share))
+            request = deployment_request(model, host, len(model.hosts), (resources or {}).get(host_name))
             try:
-                plan = plan_deployment(arch, gpu, share, deployment_request(model, host, len(model.hosts)))
+                plan = plan_deployment(arch, gpu, share, request)
             except VllmctlError as exc:
-                entries.append(
-                    HostModelPlan(host_name, model.name, source, indices, None, exc.message, exc.hint)
-                )
+                refused = tuple(sorted({f for r in getattr(exc, "refusals", ()) for f in r.flags}))
+                failed = HostModelPlan(host_name, model.name, source, indices, None, exc.message, exc.hint)
+                failed = replace(failed, input_error=isinstance(exc, InputError), refused_flags=refused)
+                entries.append(failed)
                 continue
             if start:
                 plan = _shifted(plan, start, shifted)

@@ -59,13 +59,14 @@ class Guard:
     explicit: frozenset[str]
     host: HostResources = field(default_factory=HostResources)
     nodes: int = 1
+    chosen: frozenset[str] = PLANNER_CHOSEN  # flags the caller may still change to avoid a refusal
 
     def refusals(self, settings: VllmSettings, memory: MemoryBreakdown | None = None) -> list[Refusal]:
         return refusals(self.arch, self.gpu, self.gpu_count, settings, self.host, memory, self.nodes)
 
     def check_flags(self, settings: VllmSettings) -> None:
         """Raises for a refusal the planner's choices cannot avoid: the user's (exit 2) or the model's (1)."""
-        free = PLANNER_CHOSEN - self.explicit
+        free = self.chosen - self.explicit
         stuck = [r for r in self.refusals(settings) if not set(r.flags) & free]
         users = [r for r in stuck if set(r.flags) & self.explicit]
         if users:

@@ -21,6 +21,8 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
+from vllmctl.planner.rules.base import HostResources
+from vllmctl.runner.refusals import raise_refused
 from vllmctl.runner.remote import SshRemote
 from vllmctl.staging import local_models
 from vllmctl.transport import SshTransport
@@ -158,6 +160,21 @@ def gpu_facts_from(gathered: Mapping[str, Mapping[str, Any]], ui: Ui) -> dict[st
     return found
 
 
+def host_resources_from(gathered: Mapping[str, Mapping[str, Any]]) -> dict[str, HostResources]:
+    """Host memory and the GPU memory other processes hold, per host whose facts came back."""
+    found: dict[str, HostResources] = {}
+    for host, result in gathered.items():
+        facts = result.get("facts", {})
+        memory = (facts.get("resources") or {}).get("memory_mib")
+        gpus = (facts.get("gpus") or {}).get("gpus") or []
+        used = [g["memory_used_mib"] for g in gpus if isinstance(g.get("memory_used_mib"), int)]
+        found[host] = HostResources(
+            ram_gib=memory / 1024 if isinstance(memory, int) else None,
+            gpu_used_gib=max(used) / 1024 if used else None,
+        )
+    return found
+
+
 def fleet_plan(
     inv: Inventory, gpu_facts: Mapping[str, GpuFacts] | None = None, online: bool = False
 ) -> InventoryPlan:
@@ -215,15 +232,18 @@ def deployment_plans(
     gpu_facts: Mapping[str, GpuFacts] | None = None,
     online: bool = True,
     archs: Mapping[str, ModelArch] | None = None,
+    resources: Mapping[str, HostResources] | None = None,
 ) -> dict[str, dict[str, ModelPlan]]:
     """The planner's engine args and replicas per host and model, as apply renders them into units; `archs`
     as already loaded, else loaded here.
 
-    Raises PlanError before any host is touched when a GPU deployment has no plan that fits.
+    Before any host is touched: engine flags vLLM would refuse raise an input error naming the inventory's
+    line (exit 2); a GPU deployment with no plan that fits raises PlanError (exit 1).
     """
     archs = load_model_archs(inv, online=online)[0] if archs is None else archs
-    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs))
+    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs, resources))
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
+    raise_refused(inv, wanted.entries)
     wanted.raise_for_failures()
     plans = model_plans(wanted)
     for (host, name), cpu in cpu_engine_plans(inv, archs).items():

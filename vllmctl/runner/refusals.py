@@ -1,0 +1,51 @@
+"""Where in the inventory file a flag vLLM refuses was written: the planner's input errors as problems with
+file, line, column and field path (the planner itself knows no files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from vllmctl.errors import InvalidInputError, Problem
+from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.source import FieldPath, read_yaml
+from vllmctl.planner.inventory_plan import HostModelPlan
+from vllmctl.planner.tuning import normalize_args
+
+
+def _flag_path(doc_data: object, model: str, flag: str) -> FieldPath:
+    """The engine_args key that spells `flag` (`--tp`, `tensor-parallel-size`, ...), else the model's own
+    field of that name (max_model_len), else the model."""
+    models = doc_data.get("models", {}) if isinstance(doc_data, dict) else {}
+    body = models.get(model, {}) if isinstance(models, dict) else {}
+    args = body.get("engine_args", {}) if isinstance(body, dict) else {}
+    if isinstance(args, dict):
+        for key in args:
+            if next(iter(normalize_args({str(key): None}))) == flag:
+                return ("models", model, "engine_args", str(key))
+    if isinstance(body, dict) and flag in body:
+        return ("models", model, flag)
+    return ("models", model)
+
+
+def refused_problems(inv: Inventory, entries: Iterable[HostModelPlan]) -> list[Problem]:
+    """One problem per (model, refusal) the inventory's own flags caused, located in its file."""
+    failed = [e for e in entries if e.plan is None and e.input_error]
+    if not failed:
+        return []
+    doc = read_yaml(inv.path)
+    problems: dict[tuple[str, str], Problem] = {}
+    for entry in failed:
+        flags = entry.refused_flags or ("engine_args",)
+        path = _flag_path(doc.data, entry.model, flags[0])
+        key = (entry.model, entry.error)
+        if key not in problems:
+            problems[key] = Problem(doc.location(path, at_key=True), entry.error, entry.hint)
+    return list(problems.values())
+
+
+def raise_refused(inv: Inventory, entries: Iterable[HostModelPlan]) -> None:
+    """Raise the inventory's refused flags as one input error (exit 2) naming file:line:column and field."""
+    problems = refused_problems(inv, entries)
+    if problems:
+        raise InvalidInputError(problems)
