@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,3 +39,6 @@ def make_arch() -> Callable[..., ModelArch]:
 @pytest.fixture
 def tiny(make_arch: Callable[..., ModelArch]) -> ModelArch:
     return make_arch()
+
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: let tests import plan_settings

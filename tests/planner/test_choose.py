@@ -123,8 +123,8 @@ def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
     assert caught.value.message == (
         "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
         "at TP=2 weights 65.71 GiB + activations 1.13 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
-        "(gpu_memory_utilization 0.9); vLLM would say: No available memory for the cache blocks. Try "
-        "increasing `gpu_memory_utilization` when initializing the engine."
+        "(gpu_memory_utilization 0.9); vLLM would refuse it (kv-cache-has-memory): No available memory for "
+        "the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
     )
     assert caught.value.hint == (
         "options: use 16 GPUs (tensor_parallel_size 16, or pipeline_parallel_size 8 over 8 nodes); "

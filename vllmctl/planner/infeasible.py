@@ -10,6 +10,7 @@ from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.quant import QuantConfig
 from vllmctl.errors import PlanError
 from vllmctl.planner.rules import valid_tp_sizes
+from vllmctl.planner.rules.device import fp8_kv_supported
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.vllm_guard import Guard
 from vllmctl.planner.vllm_memory import vllm_memory
@@ -77,7 +78,7 @@ def infeasible_error(
         options.append(
             f"set max_model_len <= {memory.max_model_len_that_fits} (or allow_context_shrink: true)"
         )
-    if settings.kv_cache_dtype == "auto":
+    if settings.kv_cache_dtype == "auto" and fp8_kv_supported(arch, gpu, settings.version)[0]:
         fp8 = vllm_memory(arch, gpu, replace(settings, kv_cache_dtype="fp8"))
         if fp8.fits:
             options.append(f"kv_cache_dtype fp8 fits max_model_len {settings.max_model_len}")
@@ -91,5 +92,5 @@ def infeasible_error(
     if not memory.startup_headroom_ok and memory.fits:
         options.append("lower gpu_memory_utilization or set enforce_eager: true")
     refused = guard.memory_refusals(settings, memory) if guard is not None else []
-    said = f"; vLLM would say: {refused[0].message}" if refused else ""
+    said = f"; vLLM would refuse it ({refused[0].rule}): {refused[0].message}" if refused else ""
     return PlanError(f"{arch.name} does not fit on {where}: {detail}{said}", "options: " + "; ".join(options))

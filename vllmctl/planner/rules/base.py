@@ -48,6 +48,7 @@ class Violation:
     message: str
     reason: str
     fix: str
+    flags: tuple[str, ...] | None = None  # the flags behind this violation when fewer than the rule's
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class Rule:
         found = self.check(given)
         if found is None:
             return None
-        return Refusal(self.name, self.flags, found.message, found.reason, found.fix, self.source)
+        flags = self.flags if found.flags is None else found.flags
+        return Refusal(self.name, flags, found.message, found.reason, found.fix, self.source)
 
     @property
     def versions(self) -> str:

@@ -47,6 +47,7 @@ def mlp_shapes_divisible(given: RuleInput) -> Violation | None:
             f"AssertionError: {dense} is not divisible by {tp}",
             f"the MLP's intermediate size {dense} must split evenly over {tp} ranks",
             "tensor_parallel_size must divide the MLP intermediate size",
+            flags=("tensor_parallel_size",),
         )
     if arch.is_moe and not s.expert_parallel and arch.moe_intermediate_size % tp:
         return Violation(

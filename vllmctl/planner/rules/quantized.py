@@ -168,12 +168,14 @@ def fp8_block_alignment(given: RuleInput) -> Violation | None:
         if not quant.attention_quantized and what.startswith(("q_proj", "k_proj", "o_proj")):
             continue
         if size % block:
+            experts = what.startswith("experts")
             return Violation(
                 f"Weight {what} = {size} is not divisible by weight quantization block_n = {block}.",
                 f"FP8 block quantization scales {block}x{block} tiles; at TP {s.tp} a shard of {size} "
                 "cuts through a tile",
                 "a tensor_parallel_size whose shards stay multiples of the block"
-                + (", or enable_expert_parallel (experts are not split)" if given.arch.is_moe else ""),
+                + (", or enable_expert_parallel (experts are not split)" if experts else ""),
+                flags=None if experts else ("tensor_parallel_size",),
             )
     return None
 
