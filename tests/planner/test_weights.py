@@ -136,3 +136,24 @@ def test_mla_absorbed_copies_cost_memory_only_when_kv_b_is_quantized() -> None:
     stored = sum(linear_bytes(p, r1.quantization, 2) for p in parts if p.kind != "mla_absorbed")
     kv_b_per_rank = 16 * (128 + 128) * 512  # 128 heads / TP 8 x (nope + v) x kv_lora_rank
     assert stage_weight_bytes(r1, 8, 1)[0] - stored == 61 * kv_b_per_rank * 2  # bf16 copy per layer
+
+
+def test_mxfp4_experts_padded_for_marlin_as_logged() -> None:
+    """vLLM pads MXFP4 expert shapes for its MoE kernel; Marlin (before Hopper, and on Hopper before 0.12)
+    rounds the intermediate to 128 and the hidden size to 256 (quantization/mxfp4.py)."""
+    from vllmctl.catalog.loader import load_arch
+    from vllmctl.planner.weights import expert_padding, weight_gib
+
+    big, small = load_arch("openai/gpt-oss-120b"), load_arch("openai/gpt-oss-20b")
+    hopper, blackwell, ampere = (9, 0), (10, 0), (8, 0)
+    marlin = expert_padding(big, hopper, (0, 11, 0))
+    assert marlin == expert_padding(big, ampere, (0, 13, 0)) == (128, 256)
+    assert expert_padding(big, hopper, (0, 12, 0)) == (64, 1)  # triton_kernels bundled: Triton backend
+    assert expert_padding(big, blackwell, (0, 11, 0)) == (256, 256)
+    assert expert_padding(load_arch("Qwen/Qwen3-30B-A3B"), hopper, (0, 11, 0)) == (1, 1)
+    # vllm#23278: "Model loading took 65.9651 GiB" (H100, Marlin); gpt-oss-20b logs 13.72 GiB (Marlin)
+    assert abs(weight_gib(big, expert_pad=marlin) / 65.9651 - 1) < 0.01
+    assert abs(weight_gib(small, expert_pad=marlin) / 13.72 - 1) < 0.01
+    # at TP 4 each rank's 720-wide expert slice becomes 768 x 3072: about 14 % more expert bytes
+    padded, plain = weight_gib(big, 4, expert_pad=marlin), weight_gib(big, 4)
+    assert 0.11 < padded / plain - 1 < 0.14

@@ -74,7 +74,13 @@ def _attention(arch: ModelArch, tp: int) -> list[Linear]:
     ]
 
 
-def _mlp(arch: ModelArch, index: int, tp: int, ep: bool = False) -> list[Linear]:
+def _round_up(size: int, multiple: int) -> int:
+    return -(-size // multiple) * multiple
+
+
+def _mlp(
+    arch: ModelArch, index: int, tp: int, ep: bool = False, pad: tuple[int, int] = (1, 1)
+) -> list[Linear]:
     h = arch.hidden_size
     if not arch.is_moe_layer(index):
         inter = _div(arch.intermediate_size, tp)
@@ -84,10 +90,12 @@ def _mlp(arch: ModelArch, index: int, tp: int, ep: bool = False) -> list[Linear]
     inter = arch.moe_intermediate_size if ep else _div(arch.moe_intermediate_size, tp)
     experts = -(-arch.num_experts // tp) if ep else arch.num_experts
     gated_bias = arch.model_type == "gpt_oss"
+    # Fused-MoE kernels may pad each rank's expert shapes (`pad` = multiples for intermediate and hidden).
+    inter, hidden = _round_up(inter, pad[0]), _round_up(h, pad[1])
     parts = [
         Linear("router", arch.num_experts, h, bias=gated_bias),
-        Linear("expert", 2 * inter, h, count=experts, bias=gated_bias),
-        Linear("expert", h, inter, count=experts, bias=gated_bias),
+        Linear("expert", 2 * inter, hidden, count=experts, bias=gated_bias),
+        Linear("expert", hidden, inter, count=experts, bias=gated_bias),
     ]
     shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
     if shared:
@@ -97,10 +105,18 @@ def _mlp(arch: ModelArch, index: int, tp: int, ep: bool = False) -> list[Linear]
 
 @lru_cache(maxsize=4096)
 def stage_linears(
-    arch: ModelArch, tp: int, first_layer: int, last_layer: int, embed: bool, head: bool, ep: bool = False
+    arch: ModelArch,
+    tp: int,
+    first_layer: int,
+    last_layer: int,
+    embed: bool,
+    head: bool,
+    ep: bool = False,
+    expert_pad: tuple[int, int] = (1, 1),
 ) -> tuple[Linear, ...]:
     """Every weight one rank of one pipeline stage holds (layers first_layer..last_layer-1);
-    `ep`: experts split across the tp ranks (expert parallel) rather than each expert sharded."""
+    `ep`: experts split across the tp ranks (expert parallel) rather than each expert sharded;
+    `expert_pad`: the multiples a fused-MoE kernel rounds each rank's expert intermediate and hidden to."""
     vocab = padded_vocab(arch, tp)
     parts: list[Linear] = []
     if embed:
@@ -108,7 +124,7 @@ def stage_linears(
     for index in range(first_layer, last_layer):
         layer_parts = [
             *_attention(arch, tp),
-            *_mlp(arch, index, tp, ep),
+            *_mlp(arch, index, tp, ep, expert_pad),
             Linear("norm", arch.hidden_size, 1, count=2),
         ]
         parts += [replace(part, layer=index) for part in layer_parts]

@@ -20,7 +20,7 @@ from vllmctl.planner.versions import (
     Version,
     cudagraph_capture_sizes,
 )
-from vllmctl.planner.weights import stage_weight_bytes
+from vllmctl.planner.weights import expert_padding, stage_weight_bytes
 
 ACT_BYTES = 2  # activations run in bf16/fp16
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
@@ -135,7 +135,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
     total = gpu.cuda_bytes
     requested = total * settings.gpu_memory_utilization
-    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp, settings.expert_parallel)
+    pad = expert_padding(arch, gpu.compute_capability, settings.version)
+    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp, settings.expert_parallel, pad)
     stages = pipeline_stages(arch.num_layers, settings.pp)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items

@@ -11,8 +11,10 @@ from functools import lru_cache
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.params import Linear, pipeline_stages, stage_linears
 from vllmctl.catalog.quant import QuantConfig
+from vllmctl.planner.versions import Version
 
 GIB = 1 << 30
+TRITON_KERNELS_BUNDLED_SINCE: Version = (0, 12, 0)  # vllm/third_party/triton_kernels appears in 0.12.0
 SCALE_BYTES = 4  # fp32 per-channel / per-block scales
 
 
@@ -57,22 +59,44 @@ def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> f
 
 
 @lru_cache(maxsize=4096)
-def stage_weight_bytes(arch: ModelArch, tp: int, pp: int, ep: bool = False) -> tuple[float, ...]:
+def stage_weight_bytes(
+    arch: ModelArch, tp: int, pp: int, ep: bool = False, expert_pad: tuple[int, int] = (1, 1)
+) -> tuple[float, ...]:
     """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
-    parallel `ep`, the rank holding the most experts)."""
+    parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes)."""
     stages = pipeline_stages(arch.num_layers, pp)
     sizes = []
     for number, (first, last) in enumerate(stages):
-        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1, ep and arch.is_moe)
+        ep_moe = ep and arch.is_moe
+        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1, ep_moe, expert_pad)
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
         sizes.append(sum(linear_bytes(p, arch.quantization, arch.dtype_bytes) for p in kept))
     return tuple(sizes)
 
 
-def weight_gib(arch: ModelArch, tp: int = 1, pp: int = 1) -> float:
+def weight_gib(
+    arch: ModelArch, tp: int = 1, pp: int = 1, ep: bool = False, expert_pad: tuple[int, int] = (1, 1)
+) -> float:
     """The largest per-GPU weight footprint, in GiB, as vLLM logs 'Model loading took'."""
-    return max(stage_weight_bytes(arch, tp, pp)) / GIB
+    return max(stage_weight_bytes(arch, tp, pp, ep, expert_pad)) / GIB
+
+
+def expert_padding(arch: ModelArch, compute_capability: tuple[int, int], version: Version) -> tuple[int, int]:
+    """How vLLM's MXFP4 MoE backend rounds each rank's expert (intermediate, hidden) sizes
+    (quantization/mxfp4.py, Mxfp4MoEMethod.create_weights): Marlin, the default before Hopper and on Hopper
+    until triton_kernels shipped inside vLLM (0.12), pads to (128, 256); FlashInfer on Blackwell to (256,
+    256); the Triton backend to (64, 1). Logged: gpt-oss-120b 65.97 GiB on an H100 with Marlin (vllm#23278),
+    gpt-oss-20b 13.72 GiB (Marlin)."""
+    quant = arch.quantization
+    if quant is None or quant.method != "mxfp4" or not arch.is_moe:
+        return (1, 1)
+    major = compute_capability[0]
+    if major == 10:
+        return (256, 256)
+    if major == 9 and version >= TRITON_KERNELS_BUNDLED_SINCE:
+        return (64, 1)
+    return (128, 256)
 
 
 def checkpoint_gib(arch: ModelArch) -> float:
