@@ -14,6 +14,8 @@ def settings_from_plan(plan: DeploymentPlan, request: DeploymentRequest) -> Vllm
     args: dict[str, Any] = normalize_args(plan.engine_args)
     config = args.get("compilation_config")
     sizes = config.get("cudagraph_capture_sizes") if isinstance(config, dict) else None
+    limits = args.get("limit_mm_per_prompt")
+    media = sum(limits.values()) if isinstance(limits, dict) else 0
     return VllmSettings(
         version=parse_version(request.engine_version),
         tp=int(args["tensor_parallel_size"]),
@@ -26,6 +28,7 @@ def settings_from_plan(plan: DeploymentPlan, request: DeploymentRequest) -> Vllm
         enforce_eager=bool(args.get("enforce_eager", False)),
         block_size=args.get("block_size"),
         capture_sizes=tuple(sizes) if sizes else None,
+        mm_items=media,
         expert_parallel=bool(args.get("enable_expert_parallel", False)),
         dtype=str(args.get("dtype", "auto")),
         quantization=args.get("quantization"),

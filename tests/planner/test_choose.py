@@ -81,10 +81,21 @@ def test_explicit_engine_args_win_and_are_only_checked() -> None:
 
 
 def test_fp8_kv_cache_when_it_is_the_only_way_to_fit() -> None:
-    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, DeploymentRequest())
+    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, DeploymentRequest(max_model_len=36864))
     assert plan.engine_args["kv_cache_dtype"] == "fp8"
-    assert plan.engine_args["max_model_len"] == 40960
+    assert plan.engine_args["max_model_len"] == 36864
     assert any("fp8" in w for w in plan.warnings)
+
+
+def test_a_fit_inside_the_prediction_error_band_is_refused_unless_tight_fit() -> None:
+    arch = load_arch("Qwen/Qwen3-8B")
+    with pytest.raises(PlanError) as caught:
+        plan_deployment(arch, L4, 1, DeploymentRequest())  # fp8 KV leaves 0.49 GiB beyond one request
+    assert "fits only at the optimistic edge of the prediction" in caught.value.message
+    assert "tight_fit: true" in caught.value.hint and "max_model_len <= " in caught.value.hint
+    plan = plan_deployment(arch, L4, 1, DeploymentRequest(tight_fit=True))
+    assert plan.engine_args["max_model_len"] == 40960
+    assert any("tight fit accepted" in w for w in plan.warnings)
 
 
 def test_fewer_graph_sizes_then_enforce_eager_when_graphs_do_not_fit() -> None:
@@ -94,11 +105,14 @@ def test_fewer_graph_sizes_then_enforce_eager_when_graphs_do_not_fit() -> None:
     fewer = vllm_memory(arch, L4, replace(base, capture_sizes=(1, 2, 4, 8, 16, 32))).max_model_len_that_fits
     eager = vllm_memory(arch, L4, replace(base, enforce_eager=True)).max_model_len_that_fits
     assert with_graphs < fewer < eager
-    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(with_graphs + fewer) // 2)
+    # tight_fit: these lengths sit right at each mode's limit, inside the prediction's error band
+    request = DeploymentRequest(
+        engine_version="0.21.0", max_model_len=(with_graphs + fewer) // 2, tight_fit=True
+    )
     plan = plan_deployment(arch, L4, 1, request)
     assert plan.engine_args["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
     assert plan.engine_args["enforce_eager"] is False
-    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(fewer + eager) // 2)
+    request = DeploymentRequest(engine_version="0.21.0", max_model_len=(fewer + eager) // 2, tight_fit=True)
     plan = plan_deployment(arch, L4, 1, request)
     assert plan.engine_args["enforce_eager"] is True
     assert "compilation_config" not in plan.engine_args

@@ -11,7 +11,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
-from vllmctl.planner.infeasible import infeasible_error
+from vllmctl.planner.infeasible import infeasible_error, tight_fit_error
 from vllmctl.planner.rules import valid_tp_sizes
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import normalize_args, profile_tuning
@@ -73,6 +73,8 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
     modes = graph_modes(request.profile, explicit, base.max_num_seqs)
     target = request.concurrency or 1.0
 
+    tight: list[Candidate] = []  # fits only at the optimistic edge of the prediction's error band
+
     def search(kv: str, pps: list[int], tps: list[int], need: float) -> Candidate | None:
         for pp in pps:
             for tp in tps:
@@ -80,7 +82,9 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
                     settings = shaped(replace(base, tp=tp, pp=pp, kv_cache_dtype=kv, enforce_eager=eager))
                     cand = evaluate(arch, gpu, replace(settings, capture_sizes=sizes), guard)
                     if cand.ok and cand.memory.max_concurrency >= need:
-                        return cand
+                        if cand.margin.safe or request.tight_fit:
+                            return cand
+                        tight.append(cand)
         return None
 
     chosen = search(kv_options[0], pp_options, tp_sizes, target) or search(
@@ -105,6 +109,10 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
                     f"max_model_len shrunk from {base.max_model_len} to {shrunk}: the largest that fits "
                     f"({cand.memory.available_kv_cache_gib:.2f} GiB KV per GPU at TP={cand.settings.tp})"
                 )
+    if chosen is None and tight:
+        raise tight_fit_error(arch, gpu, gpu_count, tight[0])
+    if chosen is not None and not chosen.margin.safe:
+        warnings.append(f"tight fit accepted (tight_fit: true): {chosen.margin.describe()}")
     if chosen is None:
         raise infeasible_error(arch, gpu, gpu_count, widest, explicit, guard)
     return finish_plan(

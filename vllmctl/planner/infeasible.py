@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
-from vllmctl.catalog.gpus import GpuModel
+from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.quant import QuantConfig
 from vllmctl.errors import PlanError
 from vllmctl.planner.rules import valid_tp_sizes
@@ -14,6 +14,7 @@ from vllmctl.planner.rules.device import fp8_kv_supported
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.vllm_guard import Guard
 from vllmctl.planner.vllm_memory import vllm_memory
+from vllmctl.planner.vllm_reasons import Candidate
 
 MAX_SEARCH_TP = 64
 
@@ -94,3 +95,23 @@ def infeasible_error(
     refused = guard.memory_refusals(settings, memory) if guard is not None else []
     said = f"; vLLM would refuse it ({refused[0].rule}): {refused[0].message}" if refused else ""
     return PlanError(f"{arch.name} does not fit on {where}: {detail}{said}", "options: " + "; ".join(options))
+
+
+def tight_fit_error(arch: ModelArch, gpu: GpuModel, gpu_count: int, candidate: Candidate) -> PlanError:
+    """The best start fits only if the prediction errs on the optimistic side: refuse, saying by how much."""
+    s, mem = candidate.settings, candidate.memory
+    band = candidate.margin
+    options = ["tight_fit: true to accept it as predicted (vLLM may still refuse it)"]
+    if band.kv_left_gib < 0 and mem.kv_bytes_per_token:
+        spare = mem.available_kv_cache_gib - band.band_gib
+        safe_len = min(int(spare * GIB / mem.kv_bytes_per_token) // 1024 * 1024, s.max_model_len)
+        if safe_len > 0:
+            options.append(f"max_model_len <= {safe_len} keeps one request clear of the band")
+    if band.start_left_gib < 0:
+        options.append("a lower gpu_memory_utilization")
+    options.append("more GPUs, or fp8 KV cache where the GPU runs it")
+    return PlanError(
+        f"{arch.name} on {gpu_count}x {gpu.name} fits only at the optimistic edge of the prediction "
+        f"(TP={s.tp}, max_model_len {s.max_model_len}): {band.describe()}",
+        "options: " + "; ".join(options),
+    )

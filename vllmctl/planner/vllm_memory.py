@@ -24,8 +24,12 @@ from vllmctl.planner.weights import expert_padding, stage_weight_bytes
 
 ACT_BYTES = 2  # activations run in bf16/fp16
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
-NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run
+NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run (0.10 logs: 0.06-0.07 GiB)
 CUSTOM_ALLREDUCE_GIB = 0.14  # IPC buffers of vLLM's custom all-reduce when TP > 1
+# From 0.11 (NCCL set up before the snapshot) the profile run's first collectives still allocate NCCL and
+# symmetric-memory all-reduce buffers lazily: logged on H100 about 0.13 GiB at TP 1 and 0.54 GiB at TP 2.
+NON_TORCH_V011_GIB = 0.13
+NVLINK_TP_NON_TORCH_V011_GIB = 0.54
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
@@ -130,6 +134,20 @@ def nccl_bytes(tp: int, pp: int, interconnect: str = "nvlink") -> float:
     return (base + per_peer * (world - 1) + 0.5 * (pp - 1)) * GIB
 
 
+def non_torch_bytes(settings: VllmSettings, interconnect: str) -> float:
+    """Memory outside PyTorch's allocator that grows during the profile run (inside the budget)."""
+    if settings.version >= NCCL_OUTSIDE_BUDGET_SINCE:
+        if settings.tp == 1:
+            base = NON_TORCH_V011_GIB
+        elif interconnect == "nvlink":
+            base = NVLINK_TP_NON_TORCH_V011_GIB
+        else:  # PCIe: no symmetric-memory all-reduce; custom all-reduce only for two GPUs
+            base = NON_TORCH_GIB + CUSTOM_ALLREDUCE_GIB
+    else:
+        base = NON_TORCH_GIB + (CUSTOM_ALLREDUCE_GIB if settings.tp > 1 else 0.0)
+    return GIB * (base + (PP_P2P_GIB if settings.pp > 1 else 0.0))
+
+
 @lru_cache(maxsize=65536)
 def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> MemoryBreakdown:
     """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
@@ -143,11 +161,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     )
     nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
-    non_torch = GIB * (
-        NON_TORCH_GIB
-        + (CUSTOM_ALLREDUCE_GIB if settings.tp > 1 else 0.0)
-        + (PP_P2P_GIB if settings.pp > 1 else 0.0)
-    )
+    non_torch = non_torch_bytes(settings, gpu.interconnect)
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
         activation = activation_peak_bytes(

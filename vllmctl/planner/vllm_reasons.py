@@ -8,6 +8,7 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
+from vllmctl.planner.margin import Margin, margin
 from vllmctl.planner.presets import sampling_plan
 from vllmctl.planner.rules import Refusal
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
@@ -33,16 +34,23 @@ class Candidate:
     memory: MemoryBreakdown
     refusals: tuple[Refusal, ...] = ()
 
+    gpu_used_gib: float = 0.0
+
     @property
     def ok(self) -> bool:
         return self.memory.fits and self.memory.startup_headroom_ok and not self.refusals
+
+    @property
+    def margin(self) -> Margin:
+        return margin(self.memory, self.gpu_used_gib)
 
 
 def evaluate(arch: ModelArch, gpu: GpuModel, settings: VllmSettings, guard: Guard | None = None) -> Candidate:
     """The predicted startup for these settings and, given a guard, every rule of vLLM's it would break."""
     memory = vllm_memory(arch, gpu, settings)
     found = tuple(guard.refusals(settings, memory)) if guard is not None else ()
-    return Candidate(settings, memory, found)
+    used = (guard.host.gpu_used_gib or 0.0) if guard is not None else 0.0
+    return Candidate(settings, memory, found, used)
 
 
 def _outside_budget_gib(settings: VllmSettings, layers: int, gpu: GpuModel) -> float:
