@@ -25,11 +25,27 @@ def default_gpu_memory_utilization(version: Version) -> float:
     return 0.92 if version >= CUDAGRAPH_PROFILING_SINCE else 0.90
 
 
-def default_batch_limits(version: Version, gpu: GpuModel, offline: bool = False) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM V1 picks when the user sets neither.
+def v0_chunked_prefill(max_model_len: int) -> bool:
+    """The V0 engine (before 0.8) turns chunked prefill on by itself only beyond 32K tokens
+    (engine/arg_utils.py, EngineArgs.create_engine_config, 0.6.4)."""
+    return max_model_len > 32768
 
-    `offline` is the LLM class (vllm bench, scripts); `vllm serve` is the API-server context.
+
+def default_batch_limits(
+    version: Version,
+    gpu: GpuModel,
+    offline: bool = False,
+    max_model_len: int = 0,
+    chunked_prefill: bool | None = None,
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM picks when the user sets neither.
+
+    `offline` is the LLM class (vllm bench, scripts); `vllm serve` is the API-server context. Before 0.8
+    (V0) a step without chunked prefill holds a whole prompt: max(max_model_len, 2048); with it, 512.
     """
+    if version < V1_DEFAULT_SINCE:
+        chunked = v0_chunked_prefill(max_model_len) if chunked_prefill is None else chunked_prefill
+        return (512 if chunked else max(max_model_len, 2048)), 256
     name = gpu.smi_name.lower()
     if version >= (0, 9, 0):
         large = gpu.cuda_gib >= 70 and "a100" not in name

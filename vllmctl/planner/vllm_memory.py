@@ -17,6 +17,7 @@ from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
     CUDAGRAPH_PROFILING_SINCE,
     NCCL_OUTSIDE_BUDGET_SINCE,
+    V1_DEFAULT_SINCE,
     Version,
     cudagraph_capture_sizes,
 )
@@ -30,6 +31,11 @@ CUSTOM_ALLREDUCE_GIB = 0.14  # IPC buffers of vLLM's custom all-reduce when TP >
 # symmetric-memory all-reduce buffers lazily: logged on H100 about 0.13 GiB at TP 1 and 0.54 GiB at TP 2.
 NON_TORCH_V011_GIB = 0.13
 NVLINK_TP_NON_TORCH_V011_GIB = 0.54
+# The V0 engine (before 0.8) counts everything on the device outside PyTorch after its profile run, the
+# CUDA context and NCCL included (worker/worker.py, determine_num_available_blocks): 1.79 GiB at TP 1 and
+# 3.58 GiB at TP 2 on an H100 (vLLM PR #10511's logs).
+V0_NON_TORCH_GIB = 1.79
+V0_TP_NON_TORCH_GIB = 3.58
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
@@ -136,7 +142,9 @@ def nccl_bytes(tp: int, pp: int, interconnect: str = "nvlink") -> float:
 
 def non_torch_bytes(settings: VllmSettings, interconnect: str) -> float:
     """Memory outside PyTorch's allocator that grows during the profile run (inside the budget)."""
-    if settings.version >= NCCL_OUTSIDE_BUDGET_SINCE:
+    if settings.version < V1_DEFAULT_SINCE:
+        base = V0_NON_TORCH_GIB if settings.tp == 1 else V0_TP_NON_TORCH_GIB
+    elif settings.version >= NCCL_OUTSIDE_BUDGET_SINCE:
         if settings.tp == 1:
             base = NON_TORCH_V011_GIB
         elif interconnect == "nvlink":

@@ -5,6 +5,7 @@ full-length request, free memory before the budget is taken, and room to capture
 from __future__ import annotations
 
 from vllmctl.planner.rules.base import RuleInput, Violation
+from vllmctl.planner.versions import V1_DEFAULT_SINCE
 from vllmctl.planner.vllm_memory import CUDA_CONTEXT_GIB, MemoryBreakdown
 
 
@@ -29,11 +30,21 @@ def kv_has_memory(given: RuleInput) -> Violation | None:
 
 
 def kv_holds_one_request(given: RuleInput) -> Violation | None:
-    # vllm/v1/core/kv_cache_utils.py:703-724, check_enough_kv_cache_memory
+    # vllm/v1/core/kv_cache_utils.py:703-724, check_enough_kv_cache_memory; before 0.8 (V0)
+    # vllm/worker/worker.py:486-503 (0.6.4), raise_if_cache_size_invalid
     mem = _memory(given)
     if mem.available_kv_cache_gib <= 0 or mem.fits:
         return None
     longest = mem.max_model_len_that_fits
+    if given.settings.version < V1_DEFAULT_SINCE:
+        return Violation(
+            f"The model's max seq len ({mem.max_model_len}) is larger than the maximum number of tokens that "
+            f"can be stored in KV cache ({mem.kv_cache_tokens}). Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine.",
+            f"the V0 profile run covers a whole {mem.max_model_len:,}-token prompt, leaving "
+            f"{mem.available_kv_cache_gib:.2f} GiB of KV cache",
+            f"max_model_len at most {longest}, enable_chunked_prefill (a smaller profile step), or more GPUs",
+        )
     estimate = (
         f"Based on the available memory, the estimated maximum model length is {longest}." if longest else ""
     )
