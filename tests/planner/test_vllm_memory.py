@@ -55,6 +55,14 @@ def test_activation_peak_is_max_of_forward_and_sampler() -> None:
     light_sampler = 2048 * 4096 * 2 + 256 * 128256 * 8
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0)) == max(forward, sorting_sampler)
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 27, 0)) == max(forward, light_sampler)
+    # 0.13-0.20 still sort natively (FlashInfer is opt-in there); FlashInfer, when used, does not sort
+    assert activation_peak_bytes(llama, 1, 2048, 256, (0, 13, 0)) == max(forward, sorting_sampler)
+    assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0), sampler="flashinfer") == max(
+        forward, light_sampler
+    )
+    assert activation_peak_bytes(llama, 1, 2048, 256, (0, 27, 0), sampler="sort") == max(
+        forward, sorting_sampler
+    )
     big_forward = 2 * 16384 * 4096 * 2 + 16384 * 3 * 14336 * 2
     assert activation_peak_bytes(llama, 1, 16384, 16, (0, 27, 0)) == big_forward
 
@@ -70,9 +78,9 @@ def test_available_is_requested_minus_weights_activation_non_torch() -> None:
 
 def test_cudagraph_estimate_subtracted_only_from_021_and_only_with_graphs() -> None:
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
-    old = vllm_memory(llama, H100, settings("0.20.0"))
-    new = vllm_memory(llama, H100, settings("0.21.0"))
-    eager = vllm_memory(llama, H100, settings("0.21.0", enforce_eager=True))
+    old = vllm_memory(llama, H100, settings("0.20.0", sampler="flashinfer"))
+    new = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
+    eager = vllm_memory(llama, H100, settings("0.21.0", enforce_eager=True, sampler="flashinfer"))
     assert new.cudagraph_in_budget and not old.cudagraph_in_budget
     assert new.cudagraph_gib > 0
     assert old.available_kv_cache_gib - new.available_kv_cache_gib == pytest.approx(new.cudagraph_gib)

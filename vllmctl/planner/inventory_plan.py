@@ -88,6 +88,14 @@ def host_gpus(host: Host, facts: Mapping[str, GpuFacts] | None) -> tuple[GpuMode
     return None
 
 
+def sampler_for(host: Host) -> str:
+    """The top-k/top-p sampler the engine's environment selects (VLLM_USE_FLASHINFER_SAMPLER), else auto."""
+    value = host.vars.get("env", {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if value is None:
+        return "auto"
+    return "flashinfer" if str(value).strip() not in ("0", "", "false", "False") else "sort"
+
+
 def allows_long_context(host: Host) -> bool:
     """VLLM_ALLOW_LONG_MAX_MODEL_LEN in the engine's environment, read as vLLM's envs.py reads it."""
     value = str(host.vars.get("env", {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0"))
@@ -117,6 +125,7 @@ def deployment_request(
         workload=model.workload,
         host=resources or HostResources(),
         allow_long_max_model_len=allows_long_context(host),
+        sampler=sampler_for(host),
     )
 
 

@@ -35,3 +35,4 @@ class VllmSettings:
     swap_space_gib: float = DEFAULT_SWAP_SPACE_GIB
     enable_chunked_prefill: bool | None = None  # None: vLLM's default for the version
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
+    sampler: str = "auto"  # "flashinfer" | "sort" | "auto" (the version's default build)

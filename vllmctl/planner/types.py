@@ -33,6 +33,7 @@ class DeploymentRequest:
     workload: str = "independent"  # or shared_prefix
     host: HostResources = field(default_factory=HostResources)  # host memory and GPU memory in use (facts)
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
+    sampler: str = "auto"  # VLLM_USE_FLASHINFER_SAMPLER in the engine's environment: flashinfer | sort
     tight_fit: bool = False  # accept a fit that holds only at the optimistic edge of the prediction's error
 
 

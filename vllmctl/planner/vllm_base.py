@@ -105,6 +105,7 @@ def base_settings(
         swap_space_gib=float(explicit.get("swap_space", DEFAULT_SWAP_SPACE_GIB)),
         enable_chunked_prefill=explicit.get("enable_chunked_prefill"),
         allow_long_max_model_len=request.allow_long_max_model_len,
+        sampler=request.sampler,
     )
     return Start(settings, tuple(decisions))
 

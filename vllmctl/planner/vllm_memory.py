@@ -39,10 +39,13 @@ V0_TP_NON_TORCH_GIB = 3.58
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
-# int64 indices, sort scratch, masks, re-scatter); later versions sample without a full sort.
+# int64 indices, sort scratch, masks, re-scatter); FlashInfer's sampler and the Triton top-k/top-p of 0.21
+# need no full sort. FlashInfer samples by default in V1 where it is installed: an optional extra up to
+# 0.11 (so pip installs sort), installed but opt-in (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by
+# default from 0.21 (v1/sample/ops/topk_topp_sampler.py and envs.py of each version).
 SORTING_SAMPLER_BYTES = 36
 LIGHT_SAMPLER_BYTES = 8
-LIGHT_SAMPLER_SINCE: Version = (0, 13, 0)
+LIGHT_SAMPLER_SINCE: Version = (0, 21, 0)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ def activation_peak_bytes(
     version: Version = (0, 11, 0),
     last_stage: bool = True,
     expert_parallel: bool = False,
+    sampler: str = "auto",
 ) -> float:
     """Torch peak of the profile run: a forward over max_num_batched_tokens, then the dummy sampler.
 
@@ -114,9 +118,10 @@ def activation_peak_bytes(
     if not last_stage:
         return forward
     rows = min(max_num_seqs, max_num_batched_tokens)
-    per_logit = LIGHT_SAMPLER_BYTES if version >= LIGHT_SAMPLER_SINCE else SORTING_SAMPLER_BYTES
-    sampler = tokens * hidden * ACT_BYTES + rows * padded_vocab(arch, 1) * per_logit
-    return max(forward, sampler)
+    light = sampler == "flashinfer" or (sampler == "auto" and version >= LIGHT_SAMPLER_SINCE)
+    per_logit = LIGHT_SAMPLER_BYTES if light else SORTING_SAMPLER_BYTES
+    sampling = tokens * hidden * ACT_BYTES + rows * padded_vocab(arch, 1) * per_logit
+    return max(forward, sampling)
 
 
 def cudagraph_bytes(arch_layers: int, settings: VllmSettings) -> float:
@@ -180,6 +185,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             settings.version,
             last_stage=number == settings.pp - 1,
             expert_parallel=settings.expert_parallel,
+            sampler=settings.sampler,
         )
         if number == 0 and encoder.weights:
             # The encoder's profile run peaks on its own; its output embeddings stay for the decoder run.
