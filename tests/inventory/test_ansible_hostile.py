@@ -35,6 +35,8 @@ CASES = [
      "LD_PRELOAD may not be set"),
     ("env-bad-name", "{env: {'A=B': x}}", "3:16 all.hosts.g1.env.A=B", "an environment variable name is"),
     ("env-list", "{env: [A=1]}", "3:15 all.hosts.g1.env", "expected a mapping, got a list"),
+    ("env-meaning-something-else", "{env: production}", "3:15 all.hosts.g1.env",
+     "expected a mapping, got string 'production'"),
     ("driver-flavor", "{driver_flavor: 'server;id'}", "3:25 all.hosts.g1.driver_flavor", "a flavor is"),
 ]  # fmt: skip
 
@@ -58,6 +60,8 @@ def test_imported_values_are_checked_where_ansible_set_them(
     line, col, path = *where.split(" ")[0].split(":"), where.split(" ")[1]
     assert found.startswith(f"hosts.yml:{line}:{col}: {path}: ")
     assert message in found and "\n  hint: " in found
+    if path.endswith(".env"):
+        assert "an Ansible variable named env that means something else must be renamed" in found
 
 
 def test_group_variables_are_reported_at_the_group(workdir: Path) -> None:

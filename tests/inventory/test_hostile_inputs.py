@@ -66,7 +66,7 @@ CASES = [
      + "secrets: {api_token_x: {env: T}}\n", "3:75 hosts.a.vars.env.API_TOKEN_X",
      "also the env name of secret 'api_token_x'", "remove it from vars.env"),
     ("env-list", HOST.replace("count: 8}", "count: 8}, vars: {env: [A=1]}"),
-     "3:74 hosts.a.vars.env", "expected a mapping, got a list", "key: value"),
+     "3:74 hosts.a.vars.env", "expected a mapping, got a list", "NAME: value lines under env"),
     ("secret-scope-unknown-model", SECRETS + "secrets: {t: {env: T, models: [m, x]}}\n",
      "6:35 secrets.t.models[1]", "unknown model 'x'", "models:"),
     ("api-key-not-scoped", model("{api_key: {secret: k}}") + "secrets: {k: {env: K, models: []}}\n",
