@@ -24,6 +24,7 @@ class FlagSpec:
     exclusive_minimum: bool = False
     negatable: bool = False  # argparse BooleanOptionalAction: false is `--no-<flag>`; else false is omitted
     secret: bool = False  # a value that must come from `secrets:` ({secret: NAME}), never a literal
+    refused: str = ""  # why vllmctl refuses this flag for now (validate says so, instead of render failing)
 
 
 def _int(minimum: float | None = 1, maximum: float | None = None) -> FlagSpec:
@@ -172,7 +173,10 @@ SGLANG_FLAGS: dict[str, FlagSpec] = {
     "speculative_eagle_topk": _int(),
     "speculative_num_draft_tokens": _int(),
     "watchdog_timeout": _float(0, exclusive=True),
-    "api_key": SECRET,
+    # SGLang reads its key only from argv, and a unit's ExecStart is world-readable on the host
+    "api_key": FlagSpec(
+        "str", secret=True, refused="not supported: SGLang takes the key only on its command line"
+    ),
 }
 
 KNOWN_FLAGS: dict[str, dict[str, FlagSpec]] = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS}
@@ -186,23 +190,43 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 
+DASH_PROBLEM = "starts with '-', so the engine would read it as another flag"
+
+
+def dash_item(value: Any) -> int | None:
+    """The index of the first list item that would become a flag of its own, or None."""
+    if isinstance(value, list):
+        return next((i for i, item in enumerate(value) if isinstance(item, str) and item[:1] == "-"), None)
+    return None
+
+
 def value_problem(spec: FlagSpec, value: Any) -> str | None:
-    """Why a value does not fit a flag, or None when it does."""
+    """Why a value does not fit a flag, or None when it does.
+
+    Each value is one argv word after its flag, so text starting with '-' is refused: it would be a flag.
+    """
     if spec.secret:
         ok = isinstance(value, dict) and set(value) == {"secret"} and isinstance(value["secret"], str)
         return None if ok else "must be a reference to a secret, {secret: NAME}, never the value itself"
     if spec.type == "bool":
         return None if isinstance(value, bool) else "expected true or false"
     if spec.type == "json":
-        return None if isinstance(value, dict | list | str) else "expected a mapping, a list or a JSON string"
+        if not isinstance(value, dict | list | str):
+            return "expected a mapping, a list or a JSON string"
+        return DASH_PROBLEM if isinstance(value, str) and value[:1] == "-" else None
     if spec.type == "list":
         items = value if isinstance(value, list) else [value]
-        return (
-            None if items and all(isinstance(item, str) for item in items) else "expected a string or a list"
-        )
+        if not (items and all(isinstance(item, str) for item in items)):
+            return "expected a string or a list"
+        index = dash_item(items)
+        if index is None:
+            return None
+        return DASH_PROBLEM if isinstance(value, str) else f"item {index} {DASH_PROBLEM}"
     if spec.type == "str":
         if not isinstance(value, str):
             return "expected a string"
+        if value[:1] == "-":
+            return DASH_PROBLEM
     elif isinstance(value, bool) or not isinstance(value, int | float):
         return f"expected {'an integer' if spec.type == 'int' else 'a number'}"
     elif spec.type == "int" and not isinstance(value, int):

@@ -14,7 +14,7 @@ INVENTORY = """\
 vllmctl: 1
 hosts:
   box-1: {{address: 127.0.0.1, gpus: {{model: H100-80GB, count: 1}}}}
-  box-2: {{address: 127.0.0.1, gpus: {{model: H100-80GB, count: 1}}}}
+  box-2: {{address: 127.0.0.1, ssh: {{port: 2222}}, gpus: {{model: H100-80GB, count: 1}}}}
 models:
   tiny:
     source: {source}

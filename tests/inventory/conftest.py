@@ -20,6 +20,28 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+CONTROLLER_FILES = {  # what the example inventories name on the controller, with the modes ssh wants
+    ".ssh/id_ed25519": 0o600,
+    ".ssh/fleet_ed25519": 0o600,
+    ".ssh/deploy_ed25519": 0o600,
+    ".ssh/known_hosts": 0o644,
+    ".ssh/fleet_known_hosts": 0o644,
+    ".config/vllmctl/serving-key": 0o600,
+}
+
+
+@pytest.fixture
+def controller_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME holding the keys, known_hosts and secret files the example inventories name."""
+    home = tmp_path / "home"
+    for name, mode in CONTROLLER_FILES.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (home / name).write_text("x\n")
+        (home / name).chmod(mode)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def problems(workdir: Path) -> Problems:
     """problems(yaml_text, name="inv.yml", **other_files) -> every rendered problem, in order."""

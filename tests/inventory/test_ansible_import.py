@@ -88,10 +88,12 @@ def test_problems_point_into_the_ansible_file(problems: Problems) -> None:
         },
     )
     assert found == [
-        "hosts.yml:5:28: all.children.gpu.hosts.g1.ansible_host: expected a non-empty string without spaces\n"
-        "  hint: e.g. 10.0.0.1 or deploy",
-        "hosts.yml:5:56: all.children.gpu.hosts.g1.ansible_port: an SSH port is a number from 1 to 65535\n"
-        "  hint: fix ansible_port",
+        "hosts.yml:5:28: all.children.gpu.hosts.g1.ansible_host: '10.0.0.1 x' is not a host name, IPv4 or "
+        "IPv6 address (it contains ' ')\n"
+        "  hint: an address is a DNS name (letters, digits, '-', '_' and '.'), an IPv4 address, or an IPv6 "
+        "address (bare or in [brackets])",
+        "hosts.yml:5:56: all.children.gpu.hosts.g1.ansible_port: must be <= 65535, got integer 99999\n"
+        "  hint: SSH port (1–65535).",
         "hosts.yml:6:7: all.children.gpu.host: unknown key 'host'\n  hint: did you mean 'hosts'?",
         "inv.yml:3:10: groups.gpu: group 'gpu' is also defined by the Ansible inventory\n"
         "  hint: rename the group here, or drop it and use the Ansible one",

@@ -124,3 +124,21 @@ def test_to_cli_refuses_an_unresolved_secret_reference() -> None:
     assert to_cli("vllm", "api_key", "resolved-value") == ["--api-key", "resolved-value"]
     with pytest.raises(ValueError, match="resolve the secret reference"):
         to_cli("vllm", "api_key", {"secret": "serving_key"})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("tokenizer", "--trust-remote-code", "starts with '-'"),
+        ("revision", "-x", "starts with '-'"),
+        ("compilation_config", "-O3", "starts with '-'"),
+        ("served_model_name", "--port", "starts with '-'"),
+        ("served_model_name", ["a", "b", "--port"], "item 2 starts with '-'"),
+        ("max_logprobs", -1, None),  # a negative number is still one value
+        ("tokenizer", "org/tok-v2", None),
+        ("served_model_name", ["a-b", "c"], None),
+    ],
+)
+def test_no_value_becomes_a_flag_of_its_own(flag: str, value: object, why: str | None) -> None:
+    problem = value_problem(KNOWN_FLAGS["vllm"][flag], value)
+    assert (problem is None) if why is None else (problem is not None and why in problem)

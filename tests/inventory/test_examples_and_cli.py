@@ -23,7 +23,7 @@ EXAMPLES = {
 
 @pytest.mark.parametrize(("path", "counts"), EXAMPLES.items())
 def test_examples_validate(
-    path: str, counts: tuple[int, int, int], capsys: pytest.CaptureFixture[str]
+    path: str, counts: tuple[int, int, int], controller_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["validate", str(ROOT / path)]) == 0
     hosts, groups, models = counts
@@ -46,7 +46,9 @@ def test_mixed_fleet_content() -> None:
     assert inventory.groups["vllm-fleet"] == ("h100-01", "h100-02", "l40s-01", "l40s-02", "l40s-03")
 
 
-def test_validate_reports_problems_on_stderr(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_reports_problems_on_stderr(
+    workdir: Path, controller_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (workdir / "inv.yml").write_text("vllmctl: 1\nhosts:\n  a: {adress: x}\n")
     assert main(["validate", "inv.yml"]) == 2
     captured = capsys.readouterr()
@@ -58,7 +60,7 @@ def test_validate_reports_problems_on_stderr(workdir: Path, capsys: pytest.Captu
     )
 
 
-def test_validate_json(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_json(workdir: Path, controller_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (workdir / "inv.yml").write_text("vllmctl: 1\nhosts:\n  a: {ssh: {port: 0}}\n")
     assert main(["validate", "inv.yml", "--json"]) == 2
     payload = json.loads(capsys.readouterr().out)

@@ -117,6 +117,9 @@ def test_engine_args_checked_against_the_engine_of_the_hosts(problems: Problems)
         "inv.yml:23:19: models.b.engine_args.tensor_parallel_size: unknown sglang flag "
         "'tensor_parallel_size'\n"
         "  hint: see `python -m sglang.launch_server --help`",
+        "inv.yml:23:70: models.b.engine_args.api_key: sglang api_key: not supported: SGLang takes the key "
+        "only on its command line\n"
+        "  hint: serve it with vllm to protect it with an API key, or put an authenticating proxy in front",
     ]
 
 
@@ -130,13 +133,17 @@ def test_control_characters_are_rejected(problems: Problems) -> None:
           m: {source: org/m, hosts: a, revision: "main\tx"}
         """
     ) == [
-        "inv.yml:4:16: hosts.a.address: an address has no spaces; got string '10.0.0.1\\n; rm -rf /'\n"
-        "  hint: IP address or DNS name to connect to; defaults to the host name.",
         "inv.yml:4:16: hosts.a.address: value contains a control character (U+000A newline); "
         "values reach shell commands and unit files\n  hint: remove it; put multi-line text in a file",
+        "inv.yml:4:16: hosts.a.address: '10.0.0.1\\n; rm -rf /' is not a host name, IPv4 or IPv6 address "
+        "(it contains '\\n')\n"
+        "  hint: an address is a DNS name (letters, digits, '-', '_' and '.'), an IPv4 address, or an IPv6 "
+        "address (bare or in [brackets])",
         "inv.yml:4:55: hosts.a.vars.banner: value contains a control character (U+001B escape); "
         "values reach shell commands and unit files\n  hint: remove it; put multi-line text in a file",
-        "inv.yml:4:67: hosts.a.vars.k\x00: key contains a control character (U+0000 NUL)\n  hint: remove it",
+        "inv.yml:4:67: hosts.a.vars.k\\x00: key contains a control character (U+0000 NUL)\n  hint: remove it",
+        "inv.yml:6:42: models.m.revision: a revision has no spaces and does not start with '-'; "
+        "got string 'main\\tx'\n  hint: Model revision (branch, tag or commit) on the hub.",
         "inv.yml:6:42: models.m.revision: value contains a control character (U+0009 tab); "
         "values reach shell commands and unit files\n  hint: remove it; put multi-line text in a file",
     ]
@@ -171,9 +178,11 @@ def test_literal_secrets_are_rejected(problems: Problems) -> None:
         "(Hugging Face token)\n"
         "  hint: move it to `secrets:` as {env: VAR} or {file: PATH} and reference that instead",
         "inv.yml:10:13: secrets.hf_token: a secret is a reference, {env: VAR} or {file: PATH}, "
-        "never the value itself\n  hint: Where one secret comes from: exactly one of env or file.",
+        "never the value itself\n  hint: Where one secret comes from: exactly one of env or file; and "
+        "optionally which models get it.",
         "inv.yml:11:10: secrets.other: a secret is a reference, {env: VAR} or {file: PATH}, "
-        "never the value itself\n  hint: Where one secret comes from: exactly one of env or file.",
+        "never the value itself\n  hint: Where one secret comes from: exactly one of env or file; and "
+        "optionally which models get it.",
     ]
     assert all(token not in line and "sekrit" not in line for line in found)
 

@@ -42,7 +42,8 @@ def test_sampling_ranges_are_reported_at_their_line_and_column(problems: Problem
         "  hint: OpenAI presence penalty (−2–2).",
         "inv.yml:13:26: models.m.sampling.frequency_penalty: must be <= 2, got integer 3\n"
         "  hint: OpenAI frequency penalty (−2–2).",
-        "inv.yml:14:13: models.m.sampling.seed: expected an integer, got number 1.5",
+        "inv.yml:14:13: models.m.sampling.seed: expected an integer, got number 1.5\n"
+        "  hint: Engine-wide random seed (integer, ≥ 0).",
         "inv.yml:15:19: models.m.sampling.max_tokens: must be >= 1, got integer 0\n"
         "  hint: Default output length limit (tokens).",
     ]
@@ -86,7 +87,7 @@ def test_boundary_values_are_accepted_and_typed(load: Load) -> None:
             use_case: code
             workload: shared_prefix
             multimodal: {images_per_prompt: 2}
-            sampling: {temperature: 0, top_p: 1, top_k: 2.0, repetition_penalty: 0.01, presence_penalty: -2,
+            sampling: {temperature: 0, top_p: 1, top_k: 2, repetition_penalty: 0.01, presence_penalty: -2,
                        frequency_penalty: 2, seed: 0, max_tokens: 1}
         """
     )

@@ -1,4 +1,7 @@
-"""`vllmctl validate`: check an inventory and report every problem, or print the inventory JSON Schema."""
+"""`vllmctl validate`: check an inventory and report every problem, or print the inventory JSON Schema.
+
+Unless told not to, it also checks the controller's own files the inventory names (the edge: LocalFiles).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_OK, InputError, InvalidInputError, Problem
 from vllmctl.inventory import inventory_schema, load_inventory
+from vllmctl.inventory.controller import LocalFiles
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,6 +23,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("inventory", nargs="?", metavar="INVENTORY", help="inventory YAML file")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--schema", action="store_true", help="print the inventory JSON Schema and exit")
+    parser.add_argument(
+        "--no-controller-checks",
+        action="store_true",
+        help="check the file alone, not this machine's SSH keys, known_hosts, secret files and model folders "
+        "(e.g. in CI away from the controller)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -41,7 +51,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if not args.inventory:
         raise InputError("no inventory given", "usage: vllmctl validate INVENTORY [--json], or --schema")
     try:
-        inventory = load_inventory(args.inventory)
+        inventory = load_inventory(args.inventory, None if args.no_controller_checks else LocalFiles())
     except InvalidInputError as exc:
         if args.json:
             summary = {"file": args.inventory, "problems": len(exc.problems)}

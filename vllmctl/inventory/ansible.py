@@ -1,6 +1,8 @@
 """Imports hosts and groups from an Ansible YAML inventory into vllmctl's host settings.
 
-Connection variables map onto `ssh`; other non-`ansible_` variables become host `vars`.
+Connection variables map onto `ssh`; other non-`ansible_` variables become host `vars`. Each imported host
+is checked against the native host schema, located in the Ansible file; the semantic checks that follow treat
+imported and native settings alike.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.errors import Problem
-from vllmctl.inventory.schema import schema_problems
-from vllmctl.inventory.source import FieldPath, SourceDoc, VaultValue
+from vllmctl.inventory.origins import Origins
+from vllmctl.inventory.positions import FieldPath, SourceDoc, VaultValue
+from vllmctl.inventory.schema import schema_problems, value_problems
 
 NATIVE_TOP_KEYS = {
     "vllmctl",
@@ -42,11 +45,13 @@ def looks_like_ansible(data: dict[str, Any]) -> bool:
 
 @dataclass
 class AnsibleImport:
-    """Hosts as partial native host settings, groups as flat member lists, and the problems found."""
+    """Hosts as partial native host settings, groups as flat member lists, where each setting was written
+    in the Ansible file, and the problems found."""
 
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    origins: dict[str, Origins] = field(default_factory=dict)
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -58,6 +63,7 @@ class _Importer:
         self.doc = doc
         self.result = AnsibleImport()
         self.host_vars: dict[str, list[tuple[int, FieldPath, dict[str, Any]]]] = {}
+        self.anchors: dict[str, FieldPath] = {}  # where each host is first listed
 
     def group(self, name: str, body: Any, path: FieldPath, depth: int, parents: tuple[str, ...]) -> list[str]:
         """Walk one group; return all its hosts (its own and its children's)."""
@@ -75,6 +81,7 @@ class _Importer:
         group_vars = _mapping(body.get("vars"))
         for host, host_vars in _mapping(body.get("hosts")).items():
             members.append(host)
+            self.anchors.setdefault(host, (*path, "hosts", host))
             entries = self.host_vars.setdefault(host, [])
             if group_vars:
                 entries.append((depth, (*path, "vars"), group_vars))
@@ -92,7 +99,7 @@ class _Importer:
             known.extend(member for member in members if member not in known)
         return members
 
-    def host(self, name: str) -> dict[str, Any]:
+    def host(self, name: str) -> tuple[dict[str, Any], Origins]:
         merged: dict[str, Any] = {}
         origin: dict[str, FieldPath] = {}
         for _, path, variables in sorted(self.host_vars[name], key=lambda entry: entry[0]):
@@ -101,44 +108,31 @@ class _Importer:
                 origin[key] = (*path, key)
         settings: dict[str, Any] = {}
         ssh: dict[str, Any] = {}
+        origins = Origins({(): (self.doc, self.anchors[name])}, ("hosts", name))
         for key, value in merged.items():
-            where = origin[key]
+            target: FieldPath = ()
             if key in ADDRESS_VARS:
-                settings["address"] = self.text(value, where)
+                settings["address"], target = value, ("address",)
             elif key in USER_VARS:
-                ssh["user"] = self.text(value, where)
+                ssh["user"], target = value, ("ssh", "user")
             elif key in KEY_VARS:
-                ssh["identity_file"] = self.text(value, where)
+                ssh["identity_file"], target = value, ("ssh", "identity_file")
             elif key in PORT_VARS:
-                ssh["port"] = self.port(value, where)
+                # Ansible takes the port as text too
+                number = (
+                    int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+                )
+                ssh["port"], target = number, ("ssh", "port")
             elif key == "ansible_become" and isinstance(value, bool):
-                ssh["sudo"] = value
+                ssh["sudo"], target = value, ("ssh", "sudo")
             elif not key.startswith("ansible_") and not isinstance(value, VaultValue):
                 settings.setdefault("vars", {})[key] = value
+                target = ("vars", key)
+            if target:
+                origins.set(target, self.doc, origin[key])
         if ssh:
             settings["ssh"] = ssh
-        return settings
-
-    def text(self, value: Any, where: FieldPath) -> str:
-        if isinstance(value, str) and value and not any(char.isspace() for char in value):
-            return value
-        self.result.problems.append(
-            Problem(
-                self.doc.location(where),
-                "expected a non-empty string without spaces",
-                "e.g. 10.0.0.1 or deploy",
-            )
-        )
-        return str(value)
-
-    def port(self, value: Any, where: FieldPath) -> int:
-        number = int(value) if isinstance(value, str) and value.isdigit() else value
-        if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= 65535:
-            return number
-        self.result.problems.append(
-            Problem(self.doc.location(where), "an SSH port is a number from 1 to 65535", "fix ansible_port")
-        )
-        return 22
+        return settings, origins
 
 
 def import_ansible(doc: SourceDoc) -> AnsibleImport:
@@ -148,6 +142,10 @@ def import_ansible(doc: SourceDoc) -> AnsibleImport:
     for name, body in _mapping(doc.data).items():
         importer.group(name, body, (name,), 0, ())
     for name in importer.host_vars:
-        importer.result.hosts[name] = importer.host(name)
+        settings, origins = importer.host(name)
+        importer.result.hosts[name] = settings
+        importer.result.origins[name] = origins
+        # the same schema a native host entry meets, each problem at the Ansible variable that set it
+        problems.extend(value_problems(settings, "host", origins))
     importer.result.problems[:0] = problems
     return importer.result

@@ -1,29 +1,24 @@
 """Semantic checks the schema cannot express, and the host/group resolution they need.
 
-References, name and port clashes, cycles, and engine flags checked against the flag table.
+Hosts merged with their origins, groups and references resolved here; engine args, hosts, env names, ports
+and the controller's files in their own modules, each a function over the Checker.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllmctl.engine_flags import KNOWN_FLAGS, MANAGED_FLAGS, value_problem
-from vllmctl.errors import Problem
+from vllmctl.engine_flags import KNOWN_FLAGS
+from vllmctl.errors import Location, Problem
 from vllmctl.inventory.ansible import AnsibleImport
+from vllmctl.inventory.origins import MERGED_SECTIONS, Origins
+from vllmctl.inventory.positions import FieldPath, SourceDoc
 from vllmctl.inventory.schema import did_you_mean
-from vllmctl.inventory.source import FieldPath, SourceDoc
 from vllmctl.multinode.checks import check_clusters
 
-MERGED_SECTIONS = ("ssh", "driver", "engine", "vars")
-HELP_COMMANDS = {"vllm": "vllm serve --help", "sglang": "python -m sglang.launch_server --help"}
-# GPUs one replica uses, per engine: the product of these engine_args (each defaults to 1)
-GPU_FACTORS = {
-    "vllm": ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"),
-    "sglang": ("tp_size", "pp_size", "dp_size"),
-}
-CONTEXT_FLAGS = {"vllm": "max_model_len", "sglang": "context_length"}
-ENGINE_SECRET_HINT = "declare it under `secrets:` ({env: VAR} or {file: PATH}) and write {secret: NAME} here"
+if TYPE_CHECKING:
+    from vllmctl.inventory.controller import ControllerFiles
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -44,6 +39,9 @@ class Resolved:
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_clusters: dict[str, str] = field(default_factory=dict)  # model -> the multi_node group it names
+    origins: dict[str, Origins] = field(
+        default_factory=dict
+    )  # host -> where each of its settings was written
 
 
 def merge_host(name: str, defaults: dict[str, Any], *layers: dict[str, Any]) -> dict[str, Any]:
@@ -61,28 +59,51 @@ def merge_host(name: str, defaults: dict[str, Any], *layers: dict[str, Any]) -> 
 
 
 class Checker:
-    def __init__(self, doc: SourceDoc, imported: AnsibleImport) -> None:
+    """Runs every semantic check over one inventory; `files` (the controller's filesystem) is given only
+    when the caller wants the controller's keys, secret files and model folders checked too."""
+
+    def __init__(self, doc: SourceDoc, imported: AnsibleImport, files: ControllerFiles | None = None) -> None:
         self.doc = doc
         self.data = mapping(doc.data)
         self.imported = imported
+        self.files = files
         self.problems: list[Problem] = []
         self.resolved = Resolved()
 
     def add(self, path: FieldPath, message: str, hint: str, at_key: bool = False) -> None:
-        problem = Problem(self.doc.location(path, at_key), message, hint)
-        if problem not in self.problems:  # nested groups are walked once per group that includes them
+        self.add_at(self.doc.location(path, at_key), message, hint)
+
+    def add_at(self, location: Location, message: str, hint: str) -> None:
+        problem = Problem(location, message, hint)
+        if problem not in self.problems:  # nested groups, and defaults, are met once per host that uses them
             self.problems.append(problem)
 
+    def where(self, host: str, path: FieldPath, at_key: bool = False) -> Location:
+        """Where a merged host's setting was written: defaults, the host entry or an Ansible variable."""
+        return self.resolved.origins[host].location(path, at_key)
+
     def run(self) -> Resolved:
+        from vllmctl.inventory.engine_checks import check_engine_args, check_gpu_fit
+        from vllmctl.inventory.env_checks import check_env
+        from vllmctl.inventory.host_checks import check_hosts, check_names
+        from vllmctl.inventory.ports import check_ports
+
         self.merge_hosts()
         self.resolve_groups()
+        check_names(self)
         for name, model in mapping(self.data.get("models")).items():
             if isinstance(model, dict):
                 self.resolved.model_hosts[name] = self.model_hosts(name, model)
-                self.engine_args(name, model)
-                self.gpu_fit(name, model)
-        self.port_clashes()
+                check_engine_args(self, name, model)
+                check_gpu_fit(self, name, model)
         check_clusters(self)
+        check_hosts(self)
+        check_env(self)
+        check_ports(self)
+        if self.files is not None:
+            from vllmctl.inventory.controller import check_controller
+
+            check_controller(self, self.files)
         return self.resolved
 
     def merge_hosts(self) -> None:
@@ -91,6 +112,14 @@ class Checker:
         for name in [*self.imported.hosts, *(n for n in native if n not in self.imported.hosts)]:
             layers = [self.imported.hosts.get(name, {}), native.get(name, {})]
             self.resolved.hosts[name] = merge_host(name, defaults, *layers)
+            origins = Origins(native=("hosts", name))
+            origins.record(self.doc, ("defaults",), defaults)
+            if name in self.imported.origins:
+                origins.update(self.imported.origins[name])
+            if name in native:
+                origins.entries[()] = (self.doc, ("hosts", name))
+                origins.record(self.doc, ("hosts", name), native[name])
+            self.resolved.origins[name] = origins
 
     def resolve_groups(self) -> None:
         native = mapping(self.data.get("groups"))
@@ -178,103 +207,6 @@ class Checker:
             names = {str(mapping(mapping(self.data.get("defaults")).get("engine")).get("name", "vllm"))}
         return sorted(names & set(KNOWN_FLAGS))
 
-    def engine_args(self, name: str, model: dict[str, Any]) -> None:
-        args = mapping(model.get("engine_args"))
-        secrets = mapping(self.data.get("secrets"))
-        for engine in self.engines_for(name, model):
-            flags = KNOWN_FLAGS[engine]
-            for flag, value in args.items():
-                path = ("models", name, "engine_args", flag)
-                if flag in MANAGED_FLAGS:
-                    hint = f"set it with models.{name}.{MANAGED_FLAGS[flag]}"
-                    if flag == "host":
-                        hint = MANAGED_FLAGS[flag]
-                    self.add(path, f"'{flag}' is set by vllmctl, not engine_args", hint, True)
-                elif flag not in flags:
-                    snake = flag.replace("-", "_").lstrip("_")
-                    hint = (
-                        f"engine_args use snake_case: '{snake}'"
-                        if snake in flags
-                        else did_you_mean(flag, flags)
-                    )
-                    self.add(
-                        path,
-                        f"unknown {engine} flag '{flag}'",
-                        hint or f"see `{HELP_COMMANDS[engine]}`",
-                        True,
-                    )
-                elif (why := value_problem(flags[flag], value)) is not None:
-                    shown = "" if flags[flag].secret else f", got {_short(value)}"
-                    hint = (
-                        ENGINE_SECRET_HINT
-                        if flags[flag].secret
-                        else f"{engine} flag --{flag.replace('_', '-')}"
-                    )
-                    self.add(path, f"{why}{shown}", hint)
-                elif flags[flag].secret and value["secret"] not in secrets:
-                    ref = str(value["secret"])
-                    self.add(
-                        path,
-                        f"unknown secret '{ref}'",
-                        did_you_mean(ref, set(secrets)) or "add it under secrets:",
-                    )
-
-    def gpu_fit(self, name: str, model: dict[str, Any]) -> None:
-        """Parallelism that needs more GPUs than a host declares, and two different context lengths."""
-        args = mapping(model.get("engine_args"))
-        for engine in self.engines_for(name, model):
-            flag_name, context, length = (
-                CONTEXT_FLAGS[engine],
-                args.get(CONTEXT_FLAGS[engine]),
-                model.get("max_model_len"),
-            )
-            if isinstance(length, int) and isinstance(context, int) and context != length:
-                self.add(
-                    ("models", name, "engine_args", flag_name),
-                    f"{flag_name} {context} differs from models.{name}.max_model_len {length}",
-                    f"set the context length once, with models.{name}.max_model_len",
-                )
-            factors = [(flag, args.get(flag, 1)) for flag in GPU_FACTORS[engine]]
-            if engine == "sglang" and args.get("enable_dp_attention") is True:
-                factors = factors[:2]  # with DP attention the dp ranks share the tp GPUs
-            if not all(isinstance(value, int) and not isinstance(value, bool) for _, value in factors):
-                continue
-            needed = 1
-            for _, value in factors:
-                needed *= value
-            if needed == 1:
-                continue
-            for host in self.resolved.model_hosts.get(name, ()):
-                gpus = mapping(self.resolved.hosts[host].get("gpus"))
-                count = gpus.get("count")
-                if isinstance(count, int) and 1 <= count < needed:
-                    used = " × ".join(
-                        f"{flag} {value}" for flag, value in factors if args.get(flag) is not None
-                    )
-                    self.add(
-                        ("models", name, "engine_args"),
-                        f"needs {needed} GPUs ({used}) but host '{host}' declares {count}",
-                        "lower the parallelism, or serve the model on hosts with more GPUs",
-                        True,
-                    )
-                    break
-
-    def port_clashes(self) -> None:
-        taken: dict[tuple[str, int], str] = {}
-        for name, hosts in self.resolved.model_hosts.items():
-            port = mapping(mapping(self.data.get("models")).get(name)).get("port", 8000)
-            if not isinstance(port, int):
-                continue
-            for host in hosts:
-                other = taken.setdefault((host, port), name)
-                if other != name:
-                    self.add(
-                        ("models", name, "port"),
-                        f"port {port} on host '{host}' is already used by model '{other}'",
-                        "give each model on a host its own port",
-                    )
-                    break
-
 
 def find_cycle(start: str, native: dict[str, Any]) -> list[str] | None:
     """The group names on a path from start back to itself, if there is one."""
@@ -289,8 +221,3 @@ def find_cycle(start: str, native: dict[str, Any]) -> list[str] | None:
                 visited.add(member)
                 stack.append((member, [*trail, member]))
     return None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -9,6 +9,13 @@ import json
 from typing import Any
 
 from vllmctl.engine_flags import KNOWN_FLAGS, FlagSpec, flag_name
+from vllmctl.inventory.env_names import (
+    LOADS_CODE,
+    LOADS_CODE_PREFIXES,
+    SYSTEMD_PREFIXES,
+    SYSTEMD_SETS,
+    VLLMCTL_SETS,
+)
 from vllmctl.inventory.schema import inventory_schema
 
 INTRO = """\
@@ -56,23 +63,58 @@ Examples that validate: `inventories/single-host.yml`, `inventories/mixed-fleet.
   `gpus` and `address` replace. A model's `engine` overrides `defaults.engine` key by key.
 - `groups` list host names or other group names (nested groups are flattened; cycles are errors). A
   group may not share a name with a host. A model's `hosts` is a host or group name, or a list of them,
-  and must resolve to at least one host. Two models on one host may not use the same port.
+  and must resolve to at least one host. An inventory has at least one host; host, group and model names
+  may not differ only in case; two hosts may not share an address and SSH port.
+- `address` (and an imported `ansible_host`) is a DNS name (RFC 1123, `_` allowed), an IPv4 address or an
+  IPv6 address, bare or in brackets; `ssh.user` is a POSIX user name; `jump_host` is `[user@]host[:port]`
+  without a password. Spaces, `;`, `$`, backticks or a leading `-` are refused. Ansible-imported values
+  go through exactly these checks, reported at the Ansible variable that set them.
+- Replica i of a model listens on `port + i`. Without a plan, a model on a host may run up to its
+  `gpus.count` ÷ the models on that host ÷ `tensor_parallel_size` replicas (one for SGLang, pipeline
+  parallelism, multi-node models and hosts that declare no `gpus`); every one of those ports must lie in
+  1024–65535 and clash with no other model's, the host's SSH port, or the Ray ports of a multi-node group
+  on that host (its configured ports, worker range, 10001, 52365, and 8265 with the dashboard).
 - `engine_args` are the engine's own flags in snake_case, checked against the flag table for the engine
   the model runs on (`vllm` or `sglang`): unknown flags, wrong types and out-of-range values are errors.
   `model`, `host` and `port` are set by vllmctl. Explicit `engine_args` always win over the planner.
-  `api_key` must be `{secret: NAME}`, naming an entry of `secrets`. Parallelism (tensor × pipeline × data
-  parallel size) needing more GPUs than a host declares in `gpus` is an error, and a context length given
-  in `engine_args` (`max_model_len`, SGLang's `context_length`) must equal the model's `max_model_len`.
+  Each value is one word after its flag: a string, JSON string or list item starting with `-` is refused.
+  `api_key` must be `{secret: NAME}`, naming an entry of `secrets` given to that model (SGLang's is
+  refused: SGLang reads it only from its command line, which every user on the host can see).
+  Parallelism (tensor × pipeline × data parallel size) needing more GPUs than a host declares in `gpus` is
+  an error, and a context length given in `engine_args` (`max_model_len`, SGLang's `context_length`) must
+  equal the model's `max_model_len`.
 - `use_case` picks default sampling from the serving guides and `sampling` sets values explicitly (they
   win); both become the engine's server-side defaults, which a request's own values still override. See
   `docs/presets.md` for the table and for what each engine can default.
 - Secrets are never written in the inventory: a `secrets` entry is `{env: VAR}` or `{file: PATH}`, read on
-  the controller. Token-looking strings (`hf_...`, `sk-...`, `ghp_...`, AWS keys, private keys) and keys
-  named like `*token`, `*password`, `*secret`, `*api_key` holding a literal anywhere are errors.
-- No value may contain a control character (newline, tab, NUL, ESC, ...): values reach shell commands
-  and systemd unit files.
-- YAML checks: duplicate keys, aliases expanding past 100000 values, non-UTF-8 or binary files, empty
-  files and a top level that is not a mapping are all errors. `<<` merge keys work.
+  the controller. Token-looking strings (`hf_...`, `sk-...`, `ghp_...`, AWS keys, private keys, URLs with
+  `user:password@`) and keys named like `*token`, `*password`, `*secret`, `*api_key` holding a literal
+  anywhere are errors. `index_url` carries no credentials at all: they go in `index_credentials`.
+- A secret reaches a model's env file (mode 0600) under its name in upper case (`hf_token` → `HF_TOKEN`),
+  every model's unless the secret lists `models:`. Secret names and `vars.env` keys are environment
+  variable names (`[A-Za-z_][A-Za-z0-9_]*`); two that meet in upper case are refused, and so are the
+  reserved names below.
+- A local `source` (synced as root to the same path on each host) and `engine_args.download_dir` are
+  absolute and normalized, without `.` or `..`, and not a system directory (`/`, `/etc`, `/usr`, `/lib*`,
+  `/var/lib/vllmctl`, a whole home directory, an `.ssh` folder, ...).
+- Numbers: integers are written without a decimal point (`8000`, not `8000.0`) and fit in 64 bits; NaN and
+  infinity are refused everywhere; `driver.branch` is quoted (an unquoted `0550` is the octal number 360).
+- No key or value may contain a control or invisible formatting character (newline, tab, NUL, ESC, bidi
+  overrides, zero-width spaces, ...): values reach shell commands and systemd unit files, and messages
+  show such characters escaped.
+- YAML checks: duplicate keys, aliases expanding past 100000 values (named at the alias where the limit is
+  crossed), tags on mappings and lists (`!!python/tuple`, `!!set`, `!custom`), non-UTF-8 or binary files,
+  empty files and a top level that is not a mapping are all errors. `<<` merge keys work.
+
+## Checks on the controller
+
+`vllmctl validate` also checks the files on this machine that the inventory names (`--no-controller-checks`
+skips them, e.g. in CI away from the controller): each `identity_file` exists and is private (`chmod
+600`, as OpenSSH demands); with `strict_host_keys`, each `known_hosts` (default `~/.ssh/known_hosts`)
+exists (the hint gives the `ssh-keyscan` line) and nobody else can write it; each secret `file` exists and
+is not world-readable; and a local model folder or `engine_wheelhouse` that exists here does not resolve
+into a system directory, and neither it nor a folder above it can be changed by other users (a sticky
+folder such as `/tmp` protects only entries owned by you or root).
 
 ## Ansible inventories
 
@@ -110,6 +152,8 @@ SECTIONS = [
     ("`models.NAME.sampling`", "#/$defs/sampling"),
     ("`models.NAME.multimodal`", "#/$defs/multimodal"),
     ("`secrets.NAME`", "#/$defs/secret"),
+    ("`{secret: NAME}` references", "#/$defs/secret_ref"),
+    ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),
     ("`releases`", "#/$defs/releases"),
 ]
 ANCHORS = {ref: title for title, ref in SECTIONS if ref}
@@ -177,6 +221,8 @@ def _table(schema: dict[str, Any], node: dict[str, Any]) -> list[str]:
 
 
 def _flag_type(spec: FlagSpec) -> str:
+    if spec.refused:
+        return f"refused: {spec.refused}"
     if spec.secret:
         return "`{secret: NAME}`"
     if spec.type == "bool":
@@ -210,6 +256,23 @@ def _flag_tables() -> list[str]:
     return out
 
 
+def _reserved_names() -> list[str]:
+    def names(found: frozenset[str] | dict[str, str], prefixes: tuple[str, ...] = ()) -> str:
+        return ", ".join([*(f"`{name}`" for name in sorted(found)), *(f"`{p}*`" for p in prefixes)])
+
+    return [
+        "## Reserved environment names",
+        "",
+        "Neither a secret's name (in upper case) nor a `vars.env` key may be one of these:",
+        "",
+        f"- they change which code or files a process loads (glibc's list for setuid programs, Python's "
+        f"startup variables, shell startup files): {names(LOADS_CODE, LOADS_CODE_PREFIXES)};",
+        f"- systemd sets them for the service: {names(SYSTEMD_SETS, SYSTEMD_PREFIXES)};",
+        f"- vllmctl sets them itself, from other settings: {names(VLLMCTL_SETS)}.",
+        "",
+    ]
+
+
 def render_reference() -> str:
     """The whole of docs/inventory.md, generated from the shipped schema."""
     schema = inventory_schema()
@@ -217,7 +280,7 @@ def render_reference() -> str:
     for title, ref in SECTIONS:
         node = schema if ref is None else _resolve(schema, ref)
         out += [f"## {title}", "", node.get("description", ""), "", *_table(schema, node), ""]
-    return "\n".join([*out, *_flag_tables()])
+    return "\n".join([*out, *_reserved_names(), *_flag_tables()])
 
 
 def schema_property_paths(schema: dict[str, Any] | None = None) -> list[str]:

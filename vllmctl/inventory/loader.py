@@ -1,16 +1,17 @@
 """load_inventory: file → YAML with positions → schema → semantic checks → typed Inventory.
 
-Every problem in every file read is collected and raised together as one InvalidInputError.
+Every problem in every file read is collected and raised together as one InvalidInputError, with every
+unprintable character in it escaped (a bidi override in a key never reaches the terminal raw).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllmctl.errors import InvalidInputError, Problem
+from vllmctl.errors import InvalidInputError, Location, Problem
 from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
-from vllmctl.inventory.checks import Checker, Resolved, mapping, merge_host
+from vllmctl.inventory.checks import Checker, Resolved, mapping
 from vllmctl.inventory.model import (
     ClusterSpec,
     DriverSpec,
@@ -23,10 +24,15 @@ from vllmctl.inventory.model import (
     SecretRef,
     SshSettings,
 )
+from vllmctl.inventory.positions import SourceDoc, escape_text
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
-from vllmctl.inventory.source import SourceDoc, read_yaml
+from vllmctl.inventory.source import read_yaml
+from vllmctl.inventory.values import bare_address
 from vllmctl.multinode.checks import cluster_specs
+
+if TYPE_CHECKING:
+    from vllmctl.inventory.controller import ControllerFiles
 
 
 def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
@@ -65,13 +71,19 @@ def _host(name: str, merged: dict[str, Any]) -> Host:
     gpus = merged.get("gpus")
     return Host(
         name=name,
-        address=str(merged["address"]),
+        address=bare_address(str(merged["address"])),
         ssh=SshSettings(**ssh),
         gpus=GpuSpec(**gpus) if isinstance(gpus, dict) else None,
         driver=DriverSpec(**driver),
-        engine=EngineSpec(**merged["engine"]),
+        engine=_engine(merged["engine"]),
         vars=dict(merged["vars"]),
     )
+
+
+def _engine(raw: dict[str, Any]) -> EngineSpec:
+    settings = dict(raw)
+    credentials = settings.pop("index_credentials", None)
+    return EngineSpec(**settings, index_credentials=mapping(credentials).get("secret"))
 
 
 def _model(
@@ -82,9 +94,7 @@ def _model(
     cluster: ClusterSpec | None = None,
 ) -> ModelDeployment:
     override = body.get("engine")
-    engine = (
-        EngineSpec(**{**mapping(defaults.get("engine")), **override}) if isinstance(override, dict) else None
-    )
+    engine = _engine({**mapping(defaults.get("engine")), **override}) if isinstance(override, dict) else None
     return ModelDeployment(
         name=name,
         source=body["source"],
@@ -126,7 +136,12 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
         for name, body in mapping(data.get("models")).items()
     }
     secrets = {
-        name: SecretRef(name, env=body.get("env"), file=body.get("file"))
+        name: SecretRef(
+            name,
+            env=body.get("env"),
+            file=body.get("file"),
+            models=tuple(body["models"]) if "models" in body else None,
+        )
         for name, body in mapping(data.get("secrets")).items()
     }
     return Inventory(
@@ -140,25 +155,45 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
     )
 
 
-def _load_ansible_only(doc: SourceDoc) -> Inventory:
+def _load_ansible_only(doc: SourceDoc, files: ControllerFiles | None) -> Inventory:
     imported = import_ansible(doc)
     problems = [*doc.problems, *imported.problems, *scan_strings(doc, ignored_var, vault_ok=True)]
+    # the same host checks a vllmctl inventory's hosts get, with no vllmctl settings around them
+    checker = Checker(SourceDoc(doc.file, {"hosts": None}), imported, files)
+    resolved = checker.run()
+    problems.extend(checker.problems)
     if problems:
         raise InvalidInputError(problems)
-    hosts = {name: _host(name, merge_host(name, {}, settings)) for name, settings in imported.hosts.items()}
-    groups = {name: tuple(members) for name, members in imported.groups.items() if name not in hosts}
-    return Inventory(path=doc.file, hosts=hosts, groups=groups, models={})
+    hosts = {name: _host(name, merged) for name, merged in resolved.hosts.items()}
+    return Inventory(path=doc.file, hosts=hosts, groups=dict(resolved.groups), models={})
 
 
-def load_inventory(path: str | os.PathLike[str]) -> Inventory:
-    """Read and check an inventory (or a plain Ansible YAML inventory); raise every problem at once."""
+def _escaped(problem: Problem) -> Problem:
+    where = problem.location
+    location = Location(escape_text(where.file), where.line, where.column, escape_text(where.path))
+    return Problem(location, escape_text(problem.message), escape_text(problem.hint))
+
+
+def load_inventory(path: str | os.PathLike[str], files: ControllerFiles | None = None) -> Inventory:
+    """Read and check an inventory (or a plain Ansible YAML inventory); raise every problem at once.
+
+    With `files` (the controller's filesystem, e.g. controller.LocalFiles()), the SSH keys, known_hosts,
+    secret files and local model folders it names are checked on the controller too.
+    """
+    try:
+        return _load(path, files)
+    except InvalidInputError as exc:
+        raise InvalidInputError([_escaped(problem) for problem in exc.problems]) from None
+
+
+def _load(path: str | os.PathLike[str], files: ControllerFiles | None) -> Inventory:
     doc = read_yaml(path)
     if looks_like_ansible(doc.data):
-        return _load_ansible_only(doc)
+        return _load_ansible_only(doc, files)
     problems = [*doc.problems, *schema_problems(doc)]
     problems.extend(scan_strings(doc))
     imported = _read_ansible(doc, problems)
-    checker = Checker(doc, imported)
+    checker = Checker(doc, imported, files)
     resolved = checker.run()
     problems.extend(checker.problems)
     if problems:

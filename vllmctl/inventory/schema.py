@@ -11,13 +11,29 @@ import json
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from vllmctl.errors import Problem
-from vllmctl.inventory.source import FieldPath, SourceDoc
+from vllmctl.errors import Location, Problem
+from vllmctl.inventory.positions import FieldPath, SourceDoc
+
+
+class Locator(Protocol):
+    """Anything that turns a field path into a place in a file: a SourceDoc, or a merged host's Origins."""
+
+    def location(self, path: FieldPath, at_key: bool = False) -> Location: ...
+
+
+def _whole_number(checker: Any, instance: Any) -> bool:
+    # JSON Schema counts 8000.0 as an integer; the port then reaches range() and f"{port}" as a float
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_Validator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_number)
+)
 
 _JSON_TYPE_WORDS = {
     "object": "a mapping",
@@ -48,8 +64,11 @@ def ansible_schema() -> dict[str, Any]:
 
 
 @cache
-def _validator(name: str) -> Draft202012Validator:
-    return Draft202012Validator(_load(name))
+def _validator(name: str, definition: str = "") -> Any:
+    schema = _load(name)
+    if definition:  # one definition of the schema, with the rest there for its references
+        schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
+    return _Validator(schema)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -86,6 +105,8 @@ def _type_hint(error: ValidationError) -> str:
         and not isinstance(error.instance, bool)
     ):
         return 'quote it: YAML reads 0.10 as the number 0.1 (write "0.10")'
+    if wanted == "integer" and isinstance(error.instance, float) and error.instance.is_integer():
+        return f"write it as a whole number: {int(error.instance)}, not {error.instance}"
     if error.instance is None:
         return "give it a value, or remove the key"
     if wanted == "object":
@@ -93,11 +114,18 @@ def _type_hint(error: ValidationError) -> str:
     return ""
 
 
-def _problem_for(doc: SourceDoc, error: ValidationError, base: FieldPath) -> list[Problem]:
-    path: FieldPath = (*base, *error.absolute_path)
+def _problem_for(doc: Locator, error: ValidationError, base: FieldPath) -> list[Problem]:
     schema = error.schema if isinstance(error.schema, dict) else {}
-    custom = schema.get("x-message")
+    hint = schema.get("x-hints", {}).get(error.validator)
+    problems = _worded(doc, error, base, schema)
+    return [Problem(p.location, p.message, hint) for p in problems] if hint else problems
+
+
+def _worded(doc: Locator, error: ValidationError, base: FieldPath, schema: dict[str, Any]) -> list[Problem]:
+    path: FieldPath = (*base, *error.absolute_path)
     kind = error.validator
+    # x-messages words one validator's failure (e.g. `not`); x-message words any failure
+    custom = schema.get("x-messages", {}).get(kind) or schema.get("x-message")
     wanted: Any = error.validator_value
     if "propertyNames" in error.absolute_schema_path:
         key_path = (*path, str(error.instance))
@@ -121,12 +149,18 @@ def _problem_for(doc: SourceDoc, error: ValidationError, base: FieldPath) -> lis
         hint = did_you_mean(str(error.instance), choices) if isinstance(error.instance, str) else ""
         return [Problem(doc.location(path), message, hint or f"pick one of {', '.join(choices)}")]
     if custom:
-        found = "" if path[:1] == ("secrets",) else f"; got {describe(error.instance)}"
+        # a secret reference, or a value that may carry a password, is never echoed back
+        concealed = (
+            path[:1] == ("secrets",)
+            or schema.get("x-conceal") is True
+            or isinstance(error.instance, dict | list)
+        )
+        found = "" if concealed else f"; got {describe(error.instance)}"
         hint = _type_hint(error) if kind == "type" and "quote" in _type_hint(error) else ""
         return [Problem(doc.location(path), f"{custom}{found}", hint or schema.get("description", ""))]
     if kind == "type":
         message = f"expected {_expected(wanted)}, got {describe(error.instance)}"
-        return [Problem(doc.location(path), message, _type_hint(error))]
+        return [Problem(doc.location(path), message, _type_hint(error) or schema.get("description", ""))]
     bounds = {
         "minimum": ">=",
         "maximum": "<=",
@@ -143,7 +177,15 @@ def _problem_for(doc: SourceDoc, error: ValidationError, base: FieldPath) -> lis
 
 def schema_problems(doc: SourceDoc, schema_name: str = "schema.json", base: FieldPath = ()) -> list[Problem]:
     """Every schema violation in doc.data, as problems located in doc's file."""
-    errors = _validator(schema_name).iter_errors(doc.data)
+    return _problems(_validator(schema_name).iter_errors(doc.data), doc, base)
+
+
+def value_problems(value: Any, definition: str, where: Locator) -> list[Problem]:
+    """Every violation of one definition of the inventory schema (e.g. "host") by a value read elsewhere."""
+    return _problems(_validator("schema.json", definition).iter_errors(value), where, ())
+
+
+def _problems(errors: Iterable[ValidationError], doc: Locator, base: FieldPath) -> list[Problem]:
     seen: set[tuple[str, str]] = set()
     problems: list[Problem] = []
     for error in sorted(errors, key=lambda e: [str(part) for part in e.absolute_path]):

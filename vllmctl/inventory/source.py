@@ -1,64 +1,31 @@
 """Reads a YAML file into plain data plus the line:column of every key and value.
 
-Rejects what PyYAML lets through: duplicate keys, alias bombs, binary or non-UTF-8 text, empty files.
+Rejects what PyYAML lets through: duplicate keys, alias bombs, tags on collections, binary or non-UTF-8
+text, empty files.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import yaml
 from yaml.constructor import SafeConstructor
 
 from vllmctl.errors import InvalidInputError, Location, Problem
+from vllmctl.inventory.positions import FieldPath, Mark, SourceDoc, VaultValue, escape_text, render_path
 
-FieldPath = tuple[str | int, ...]
 MAX_NODES = 100_000  # far above any real fleet, far below what an alias bomb expands to
 MAX_DEPTH = 64
 MAX_BYTES = 8 * 1024 * 1024
-MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def render_path(path: FieldPath) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
-
-
-class VaultValue(str):
-    """An Ansible Vault (`!vault`) scalar: kept as its encrypted text, never decrypted or used as a value."""
-
-
-@dataclass(frozen=True)
-class Mark:
-    line: int
-    column: int
-
-
-@dataclass
-class SourceDoc:
-    """One parsed file: its data and where each field path starts (key and value marks)."""
-
-    file: str
-    data: Any
-    keys: dict[FieldPath, Mark] = field(default_factory=dict)
-    values: dict[FieldPath, Mark] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)  # found while reading but not fatal
-
-    def location(self, path: FieldPath, at_key: bool = False) -> Location:
-        """The closest known position for a path: the path itself, else its nearest ancestor's key."""
-        marks = self.keys if at_key else self.values
-        mark = marks.get(path) or self.keys.get(path)
-        probe = path
-        while mark is None and probe:
-            probe = probe[:-1]
-            mark = self.keys.get(probe) or self.values.get(probe)
-        if mark is None:
-            mark = Mark(1, 1)
-        return Location(self.file, mark.line, mark.column, render_path(path))
+CORE_PREFIX = "tag:yaml.org,2002:"
+MERGE_TAG = CORE_PREFIX + "merge"
+# the tags a plain mapping and list get; others (!!python/tuple, !!set, !custom) would be dropped silently
+COLLECTION_TAGS: dict[type[yaml.Node], str] = {
+    yaml.MappingNode: "tag:yaml.org,2002:map",
+    yaml.SequenceNode: "tag:yaml.org,2002:seq",
+}
+AliasKey = tuple[int, int | str]  # (id of the containing node, item index or id of the mapping key node)
 
 
 def _mark(yaml_mark: yaml.Mark | None) -> Mark:
@@ -67,15 +34,50 @@ def _mark(yaml_mark: yaml.Mark | None) -> Mark:
     return Mark(yaml_mark.line + 1, yaml_mark.column + 1)
 
 
+class _Loader(yaml.SafeLoader):
+    """The safe loader, remembering where each alias (*name) is used. Composing resolves an alias to its
+    anchor's node; without this, an alias bomb could be reported only at an anchor, not at the use."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.alias_uses: dict[AliasKey, tuple[str, Mark]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if parent is not None and self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            where = index if isinstance(index, int) else id(index) if index is not None else "key"
+            self.alias_uses[(id(parent), where)] = (str(event.anchor), _mark(event.start_mark))
+        return super().compose_node(parent, index)
+
+
+class _TooBig(Exception):
+    def __init__(self, mark: Mark, path: FieldPath, alias: str | None) -> None:
+        super().__init__(alias)
+        self.mark, self.path, self.alias = mark, path, alias
+
+
 class _Walk:
     """Turns a composed node graph into data, recording marks and stopping runaway alias expansion."""
 
-    def __init__(self, doc: SourceDoc) -> None:
+    def __init__(self, doc: SourceDoc, alias_uses: dict[AliasKey, tuple[str, Mark]]) -> None:
         self.doc = doc
         self.visited = 0
         self.problems: list[Problem] = []
         self.constructor = SafeConstructor()
         self.active: set[int] = set()  # collections being walked, to catch self-referencing aliases
+        self.alias_uses = alias_uses
+        self.expanding: tuple[str, Mark, FieldPath] | None = None  # the outermost alias being expanded
+
+    def child(self, parent: yaml.Node, where: int | str, node: yaml.Node, path: FieldPath) -> Any:
+        """Walk one item of `parent`; when it is an alias use, that use is where an expansion is charged."""
+        use = self.alias_uses.get((id(parent), where))
+        if use is None or self.expanding is not None:
+            return self.node(node, path)
+        self.expanding = (*use, path)
+        try:
+            return self.node(node, path)
+        finally:
+            self.expanding = None
 
     def problem(self, mark: Mark, path: FieldPath, message: str, hint: str = "") -> None:
         self.problems.append(
@@ -85,13 +87,25 @@ class _Walk:
     def node(self, node: yaml.Node, path: FieldPath) -> Any:
         self.visited += 1
         if self.visited > MAX_NODES:
-            raise _TooBig
+            if self.expanding is None:
+                raise _TooBig(_mark(node.start_mark), path, None)
+            anchor, mark, where = self.expanding
+            raise _TooBig(mark, where, anchor)
         self.doc.values.setdefault(path, _mark(node.start_mark))
         if len(path) > MAX_DEPTH:
             self.problem(_mark(node.start_mark), path, f"nested more than {MAX_DEPTH} levels deep")
             return None
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path)
+        if node.tag != COLLECTION_TAGS.get(type(node)):
+            kind = "mapping" if isinstance(node, yaml.MappingNode) else "list"
+            self.problem(
+                _mark(node.start_mark),
+                path,
+                f"unsupported YAML tag {escape_text(node.tag.replace(CORE_PREFIX, '!!'))} on a {kind}",
+                "remove the tag: an inventory holds plain mappings, lists and scalars",
+            )
+            return None
         if id(node) in self.active:
             self.problem(_mark(node.start_mark), path, "an alias refers to the value that contains it")
             return None
@@ -99,7 +113,7 @@ class _Walk:
         try:
             if isinstance(node, yaml.MappingNode):
                 return self.mapping(node, path)
-            return [self.node(item, (*path, index)) for index, item in enumerate(node.value)]
+            return [self.child(node, index, item, (*path, index)) for index, item in enumerate(node.value)]
         finally:
             self.active.discard(id(node))
 
@@ -119,7 +133,7 @@ class _Walk:
         for key_node, value_node in node.value:
             key_mark = _mark(key_node.start_mark)
             if key_node.tag == MERGE_TAG:
-                merged.extend(self.merge_sources(value_node, path))
+                merged.extend(self.merge_sources(node, key_node, value_node, path))
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 self.problem(key_mark, path, "a key must be a plain name, not a list or mapping")
@@ -136,26 +150,26 @@ class _Walk:
                 continue
             explicit.add(key)
             self.doc.keys[(*path, key)] = key_mark
-            result[key] = self.node(value_node, (*path, key))
+            result[key] = self.child(node, id(key_node), value_node, (*path, key))
         for source in merged:
             for key, value in source.items():
                 result.setdefault(key, value)
         return result
 
-    def merge_sources(self, node: yaml.Node, path: FieldPath) -> list[dict[str, Any]]:
-        items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    def merge_sources(
+        self, parent: yaml.Node, key_node: yaml.Node, node: yaml.Node, path: FieldPath
+    ) -> list[dict[str, Any]]:
+        items: list[tuple[yaml.Node, int | str, yaml.Node]] = [(parent, id(key_node), node)]
+        if isinstance(node, yaml.SequenceNode) and (id(parent), id(key_node)) not in self.alias_uses:
+            items = [(node, index, item) for index, item in enumerate(node.value)]
         sources = []
-        for item in items:
-            value = self.node(item, path)
+        for container, where, item in items:
+            value = self.child(container, where, item, path)
             if isinstance(value, dict):
                 sources.append(value)
             else:
                 self.problem(_mark(item.start_mark), path, "'<<' merge needs a mapping or a list of mappings")
         return sources
-
-
-class _TooBig(Exception):
-    pass
 
 
 def _fail(
@@ -193,9 +207,11 @@ def _read_text(file: str) -> str:
     return text
 
 
-def _compose(file: str, text: str) -> yaml.Node | None:
+def _compose(file: str, text: str) -> tuple[yaml.Node | None, dict[AliasKey, tuple[str, Mark]]]:
+    loader = None
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = _Loader(text)
+        return loader.get_single_node(), loader.alias_uses
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = f"invalid YAML: {exc.problem or exc.context}"
@@ -207,7 +223,9 @@ def _compose(file: str, text: str) -> yaml.Node | None:
         _fail(file, f"invalid YAML: {exc}", "check the file's syntax")
     except RecursionError:
         _fail(file, "YAML is nested too deeply", f"an inventory needs at most {MAX_DEPTH} levels")
-    return None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
 def _position(mark: yaml.Mark | None) -> tuple[int | None, int | None]:
@@ -222,19 +240,22 @@ def read_yaml(path: str | os.PathLike[str]) -> SourceDoc:
     Problems that leave usable data (a duplicate key: the first one is kept) are in `doc.problems`.
     """
     file = os.fspath(path)
-    root = _compose(file, _read_text(file))
+    root, alias_uses = _compose(file, _read_text(file))
     if root is None:
         _fail(file, "file is empty", "an inventory needs at least `vllmctl: 1` and `hosts:`")
     doc = SourceDoc(file, None)
-    walk = _Walk(doc)
+    walk = _Walk(doc, alias_uses)
     try:
         doc.data = walk.node(root, ())
-    except _TooBig:
-        _fail(
-            file,
-            f"YAML expands to more than {MAX_NODES} values (aliases that multiply, a 'billion laughs' file?)",
-            "use fewer nested aliases (*name); write the repeated parts out or use `defaults:`",
+    except _TooBig as big:
+        through = f" at alias *{escape_text(big.alias)}" if big.alias else ""
+        where = Location(file, big.mark.line, big.mark.column, render_path(big.path))
+        message = (
+            f"YAML expands to more than {MAX_NODES} values{through} "
+            "(aliases that multiply, a 'billion laughs' file?)"
         )
+        hint = "use fewer nested aliases (*name); write the repeated parts out or use `defaults:`"
+        raise InvalidInputError([Problem(where, message, hint)]) from None
     doc.problems = walk.problems
     if not isinstance(doc.data, dict):
         mark = _mark(root.start_mark)
