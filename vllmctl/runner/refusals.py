@@ -8,7 +8,8 @@ from collections.abc import Iterable
 
 from vllmctl.errors import InvalidInputError, Problem
 from vllmctl.inventory.model import Inventory
-from vllmctl.inventory.source import FieldPath, read_yaml
+from vllmctl.inventory.positions import FieldPath
+from vllmctl.inventory.source import read_yaml
 from vllmctl.planner.inventory_plan import HostModelPlan
 from vllmctl.planner.tuning import normalize_args
 
