@@ -96,6 +96,7 @@ def test_status_shows_the_group_as_one_entry_even_when_no_node_answers(tmp_path:
 def plain_list(tmp_path: Path) -> Path:
     """UNREACHABLE without its multi_node group: the 405B model on a plain list of two hosts."""
     inventory = tmp_path / "plain.yml"
+    (tmp_path / "known_hosts").write_text("")  # apply checks the controller's files as validate does
     groups, models = UNREACHABLE.format(known=tmp_path / "known_hosts").split("models:\n")
     plain = models.replace("hosts: nodes,", "hosts: [gpu-01, gpu-02],")
     inventory.write_text(groups.split("groups:\n")[0] + "models:\n" + plain)

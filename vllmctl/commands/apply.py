@@ -16,6 +16,7 @@ from vllmctl.desired import HostContext, render_env
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
+from vllmctl.inventory.controller import LocalFiles
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.ops import sha256_text
@@ -159,7 +160,7 @@ def gathered_gpus(
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
-    inventory = load_inventory(args.inventory)
+    inventory = load_inventory(args.inventory, LocalFiles())  # validate's checks, the controller's too
     playbook = load_playbook(args.playbook)
     if args.health_timeout is not None:
         playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})

@@ -22,7 +22,7 @@ from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
-from vllmctl.runner.refusals import raise_refused
+from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
 from vllmctl.staging import local_models
 from vllmctl.transport import SshTransport
@@ -245,6 +245,7 @@ def deployment_plans(
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     raise_refused(inv, wanted.entries)
     wanted.raise_for_failures()
+    raise_port_clashes(inv, planned)
     plans = model_plans(wanted)
     for (host, name), cpu in cpu_engine_plans(inv, archs).items():
         given = inv.models[name].engine_args

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vllmctl.errors import InvalidInputError, Problem
+from vllmctl.errors import InputError, InvalidInputError, Problem
 from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.ports import planned_port_problems
 from vllmctl.inventory.positions import FieldPath
 from vllmctl.inventory.source import read_yaml
-from vllmctl.planner.inventory_plan import HostModelPlan
+from vllmctl.planner.inventory_plan import HostModelPlan, InventoryPlan
 from vllmctl.planner.tuning import normalize_args
 
 
@@ -43,6 +44,13 @@ def refused_problems(inv: Inventory, entries: Iterable[HostModelPlan]) -> list[P
         if key not in problems:
             problems[key] = Problem(doc.location(path, at_key=True), entry.error, entry.hint)
     return list(problems.values())
+
+
+def raise_port_clashes(inv: Inventory, plan: InventoryPlan) -> None:
+    """The ports the planned replicas take (port + i) must stay clear of each other, SSH and Ray."""
+    problems = planned_port_problems(inv, plan.replica_counts())
+    if problems:
+        raise InputError(f"{inv.path}: the planned replicas' ports clash\n" + "\n".join(problems))
 
 
 def raise_refused(inv: Inventory, entries: Iterable[HostModelPlan]) -> None:
