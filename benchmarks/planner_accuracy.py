@@ -1,190 +1,162 @@
-"""Replays logged vLLM startups through the planner's memory model and reports its error per figure.
+"""Replays logged vLLM startups through the planner (memory model and startup rules) and reports its error per
+figure against issue #16's targets, beside a rule-of-thumb peer computed in the same run (checkpoint bytes
+split by TP; KV = utilization x total - weights), the calculator most sizing guides use.
 
-Usage: python benchmarks/planner_accuracy.py [observations.jsonl]   (or PLANNER_OBSERVATIONS=...)
-Default: ../shared/planner-data/vllm_startup_dev.jsonl beside the checkout, then /work/shared/....
+Usage: python benchmarks/planner_accuracy.py [-v] [records.jsonl ...]   (or PLANNER_OBSERVATIONS=a:b)
+Default: ../shared/planner-data/vllm_startup_dev.jsonl (or /work/shared/...) and
+benchmarks/data/vllm_startup_public.jsonl. A configs/ folder beside a file supplies architectures.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from vllmctl.catalog.arch import ModelArch
-from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
-from vllmctl.catalog.loader import load_arch
-from vllmctl.errors import VllmctlError
-from vllmctl.planner.settings import VllmSettings
-from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
-from vllmctl.planner.vllm_memory import vllm_memory
-from vllmctl.planner.weights import weight_gib
+from startup_records import Case, load_cases
 
-FALLBACK_VERSION = "0.11.0"
+from vllmctl.catalog.gpus import GIB
+from vllmctl.planner.rules import refusals
+from vllmctl.planner.vllm_memory import MemoryBreakdown, vllm_memory
+from vllmctl.planner.weights import checkpoint_gib
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def default_path() -> Path:
+def default_paths() -> list[Path]:
+    found = []
     for candidate in (REPO.parent / "shared", Path("/work/shared")):
         path = candidate / "planner-data" / "vllm_startup_dev.jsonl"
         if path.exists():
-            return path
-    return REPO.parent / "shared" / "planner-data" / "vllm_startup_dev.jsonl"
-
-
-def find_gpu_in(record: dict[str, Any]) -> GpuModel | None:
-    text = str(record.get("gpu") or "")
-    figures = record.get("other_figures") or {}
-    total = figures.get("total_gib") or figures.get("total_gpu_memory_gib")
-    reported = re.search(r"(\d+(?:\.\d+)?) GiB total", text)
-    mib = re.search(r"\((\d{4,6}) MiB\)", text)
-    named = None
-    for chunk in re.split(r"[(),]", text):
-        words = chunk.split()
-        # Longest leading run of words that names a catalog GPU ("NVIDIA L4 24GB" → "NVIDIA L4").
-        for end in range(len(words), 0, -1):
-            named = named or find_gpu(" ".join(words[:end]))
-    if total or reported:
-        cuda = float(total or reported[1])  # type: ignore[index]
-        if named is None or abs(named.cuda_gib - cuda) > 0.5:
-            return custom_gpu(cuda)
-        return named
-    if named is not None and mib:
-        return (
-            custom_gpu(smi_mib_to_cuda_gib(int(mib[1]), named.smi_name))
-            if named.smi_mib != int(mib[1])
-            else named
-        )
-    return named
+            found.append(path)
+            break
+    public = REPO / "benchmarks" / "data" / "vllm_startup_public.jsonl"
+    return [*found, public] if public.exists() else found
 
 
 @dataclass
 class Figure:
     name: str
+    target: str
     errors: list[float] = field(default_factory=list)
-    exact: int = 0
+    peer: list[float] = field(default_factory=list)  # the rule-of-thumb's errors on the same cases
     cases: list[str] = field(default_factory=list)
 
-    def line(self, total: int) -> str:
+    def add(self, error: float, case: str, peer: float | None = None) -> None:
+        self.errors.append(error)
+        self.cases.append(f"{case}: {error:+.2%}")
+        if peer is not None:
+            self.peer.append(peer)
+
+    def median(self) -> float:
+        return statistics.median(abs(e) for e in self.errors) if self.errors else 0.0
+
+    def line(self) -> str:
         if not self.errors:
-            return f"{self.name:<28} usable 0/{total}"
-        med = statistics.median(abs(e) for e in self.errors) * 100
-        worst = max(abs(e) for e in self.errors) * 100
-        return (
-            f"{self.name:<28} usable {len(self.errors):>2}/{total}  median {med:6.2f}%  worst {worst:6.2f}%"
-            f"  within-target {self.exact}/{len(self.errors)}"
+            return f"{self.name:<30} usable  0"
+        worst = max(abs(e) for e in self.errors)
+        text = (
+            f"{self.name:<30} usable {len(self.errors):>3}  median {self.median():7.2%}  worst {worst:8.2%}"
         )
+        if self.peer:
+            peer = statistics.median(abs(e) for e in self.peer)
+            ratio = self.median() / peer if peer else 0.0
+            text += f"  rule-of-thumb median {peer:7.2%}  (planner/peer {ratio:.2f})"
+        return text
 
 
-def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> VllmSettings:
-    try:
-        version = parse_version(str(record.get("vllm_version") or FALLBACK_VERSION))
-    except VllmctlError:
-        version = parse_version(FALLBACK_VERSION)
-    if version[0] != 0:  # container tags such as "NGC 25.11" are not vLLM versions
-        version = parse_version(FALLBACK_VERSION)
-    offline = bool(re.search(r"LLM[- ]class|offline", str(record.get("notes") or "")))
-    mnbt, seqs = default_batch_limits(version, gpu, offline)
-    return VllmSettings(
-        version=version,
-        tp=int(record.get("tensor_parallel_size") or 1),
-        pp=int(record.get("pipeline_parallel_size") or 1),
-        gpu_memory_utilization=float(
-            record.get("gpu_memory_utilization") or default_gpu_memory_utilization(version)
-        ),
-        max_model_len=int(record.get("max_model_len") or arch.max_position_embeddings),
-        max_num_seqs=int(record.get("max_num_seqs") or seqs),
-        max_num_batched_tokens=int(record.get("max_num_batched_tokens") or mnbt),
-        kv_cache_dtype="fp8" if str(record.get("kv_cache_dtype") or "").startswith("fp8") else "auto",
-        enforce_eager=bool(record.get("enforce_eager")),
-    )
+def _naive_weights_gib(case: Case) -> float:
+    return checkpoint_gib(case.arch) / case.settings.tp
 
 
-def replay(records: list[dict[str, Any]]) -> list[Figure]:
-    end_to_end = Figure("kv_tokens end-to-end (5%)")
-    weights, available, tokens, feasible = (
-        Figure("weights_gib (2%)"),
-        Figure("available_kv_gib (5%)"),
-        Figure("kv_tokens given avail (exact)"),
-        Figure("feasibility (right)"),
-    )
-    for record in records:
-        label = f"{record.get('model')} @ {record.get('gpu')}"
-        model = re.match(r"[\w./-]+", str(record.get("model") or ""))
-        try:
-            arch = load_arch(model[0] if model else "", online=False)
-        except VllmctlError:
-            continue
-        gpu = find_gpu_in(record) or custom_gpu(80.0)
-        settings = settings_for(record, arch, gpu)
+def _with_kv(case: Case, kv_gib: float) -> MemoryBreakdown:
+    return vllm_memory(case.arch, case.gpu, replace(case.settings, kv_cache_memory_bytes=int(kv_gib * GIB)))
+
+
+def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
+    weights = Figure("weights_gib", "median <= 1%, worst <= 3%")
+    available = Figure("available_kv_gib", "median <= 2%, none over-predicted by > 5%")
+    tokens = Figure("kv_tokens given logged KV", "exact within log rounding")
+    end_to_end = Figure("kv_tokens end-to-end", "median <= 2%")
+    feasible = Figure("feasibility (0 = right)", "right on every record")
+    over: list[str] = []
+    for case in cases:
+        record, s = case.record, case.settings
+        memory = vllm_memory(case.arch, case.gpu, s)
         if record.get("weights_gib"):
-            error = weight_gib(arch, settings.tp, settings.pp) / float(record["weights_gib"]) - 1
-            weights.errors.append(error)
-            weights.exact += abs(error) <= 0.02
-            weights.cases.append(f"{label}: {error:+.2%}")
-        if not str(record.get("engine") or "").startswith("V1"):
+            logged = float(record["weights_gib"])
+            weights.add(memory.weights_gib / logged - 1, case.label, _naive_weights_gib(case) / logged - 1)
+        if not case.v1 or not case.known_gpu:
             continue
-        logged_avail = record.get("available_kv_cache_gib")
-        known_gpu = find_gpu_in(record) is not None
-        predicted = vllm_memory(arch, gpu, settings)
-        if logged_avail and known_gpu:
-            error = predicted.available_kv_cache_gib / float(logged_avail) - 1
-            available.errors.append(error)
-            available.exact += abs(error) <= 0.05
-            available.cases.append(
-                f"{label}: {predicted.available_kv_cache_gib:.2f} vs {logged_avail} {error:+.2%}"
+        logged_kv = record.get("available_kv_cache_gib")
+        if logged_kv:
+            error = memory.available_kv_cache_gib / float(logged_kv) - 1
+            naive = memory.requested_gib - _naive_weights_gib(case)
+            available.add(
+                error,
+                f"{case.label} {memory.available_kv_cache_gib:.2f} vs {logged_kv}",
+                naive / float(logged_kv) - 1,
             )
-        if record.get("gpu_kv_cache_tokens") and known_gpu:
-            error = predicted.kv_cache_tokens / int(record["gpu_kv_cache_tokens"]) - 1
-            end_to_end.errors.append(error)
-            end_to_end.exact += abs(error) <= 0.05
-            end_to_end.cases.append(
-                f"{label}: {predicted.kv_cache_tokens:,} vs {record['gpu_kv_cache_tokens']:,}"
-            )
-        failed = "FAILED" in str(record.get("notes") or "")
-        started = bool(logged_avail or record.get("gpu_kv_cache_tokens"))
-        if known_gpu and (failed or started):
-            right = predicted.fits != failed
-            feasible.errors.append(0.0 if right else 1.0)
-            feasible.exact += right
-            feasible.cases.append(f"{label}: predicted fits={predicted.fits}, logged startup failed={failed}")
-        if logged_avail and record.get("gpu_kv_cache_tokens"):
-            logged = int(record["gpu_kv_cache_tokens"])
-            # The log rounds available GiB to 2 decimals: any value in that interval is vLLM's own figure.
-            bounds = [
-                vllm_memory(arch, gpu, _with_kv(settings, (float(logged_avail) + d) * GIB)).kv_cache_tokens
-                for d in (-0.005, 0.0, 0.005)
-            ]
-            error = bounds[1] / logged - 1
-            tokens.errors.append(error)
-            tokens.exact += bounds[0] <= logged <= bounds[2]
-            tokens.cases.append(f"{label}: {bounds[1]:,} ({bounds[0]:,}..{bounds[2]:,}) vs {logged:,}")
-    return [weights, available, tokens, feasible, end_to_end]
+            if error > 0.05:
+                over.append(
+                    f"{case.label}: predicted {memory.available_kv_cache_gib:.2f} GiB, logged {logged_kv}"
+                )
+        logged_tokens = record.get("gpu_kv_cache_tokens")
+        if logged_tokens:
+            end_to_end.add(memory.kv_cache_tokens / int(logged_tokens) - 1, case.label)
+            if logged_kv:
+                bounds = [_with_kv(case, float(logged_kv) + d).kv_cache_tokens for d in (-0.005, 0.0, 0.005)]
+                inside = bounds[0] <= int(logged_tokens) <= bounds[2]
+                tokens.add(0.0 if inside else bounds[1] / int(logged_tokens) - 1, case.label)
+        if case.refused or case.started:
+            found = refusals(case.arch, case.gpu, max(s.tp, 1), s, memory_breakdown=memory, nodes=s.pp)
+            predicted_refused = bool(found) or not memory.fits
+            right = predicted_refused == case.refused
+            rules = ",".join(r.rule for r in found) or ("does not fit" if not memory.fits else "starts")
+            feasible.add(0.0 if right else 1.0, f"{case.label} predicted {rules}, logged "
+                         f"{'refused' if case.refused else 'started'}")  # fmt: skip
+    return [weights, available, tokens, end_to_end, feasible], over
 
 
-def _with_kv(settings: VllmSettings, kv_bytes: float) -> VllmSettings:
-    from dataclasses import replace
-
-    return replace(settings, kv_cache_memory_bytes=int(kv_bytes))
+def verdicts(figures: list[Figure], over: list[str]) -> list[str]:
+    weights, available, tokens, end_to_end, feasible = figures
+    worst_weight = max((abs(e) for e in weights.errors), default=0.0)
+    checks = [
+        ("weights median <= 1%", weights.median() <= 0.01),
+        ("weights worst <= 3%", worst_weight <= 0.03),
+        ("available KV median <= 2%", available.median() <= 0.02),
+        ("KV tokens given logged KV exact", all(e == 0.0 for e in tokens.errors)),
+        ("KV tokens end-to-end median <= 2%", end_to_end.median() <= 0.02),
+        ("no available KV over-predicted by > 5%", not over),
+        ("feasibility right on every record", all(e == 0.0 for e in feasible.errors)),
+    ]
+    return [f"{'PASS' if ok else 'MISS'}  {name}" for name, ok in checks]
 
 
 def main(argv: list[str]) -> int:
-    paths = [arg for arg in argv[1:] if not arg.startswith("-")]
-    path = Path(paths[0] if paths else os.environ.get("PLANNER_OBSERVATIONS") or default_path())
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    figures = replay(records)
-    print(f"observations: {len(records)} from {path}")
+    given = [Path(arg) for arg in argv[1:] if not arg.startswith("-")]
+    env = os.environ.get("PLANNER_OBSERVATIONS")
+    paths = given or ([Path(p) for p in env.split(":")] if env else default_paths())
+    records, cases = 0, []
+    for path in paths:
+        found, usable = load_cases(path)
+        records += len(found)
+        cases += usable
+        print(f"observations: {len(found)} from {path} ({len(usable)} with a known architecture)")
+    figures, over = replay(cases)
     for figure in figures:
-        print(figure.line(len(records)))
+        print(figure.line())
+    for line in verdicts(figures, over):
+        print(line)
     if "-v" in argv or os.environ.get("VERBOSE"):
         for figure in figures:
-            print(f"\n{figure.name}")
+            print(f"\n{figure.name} ({figure.target})")
             for case in figure.cases:
                 print(f"  {case}")
+        for line in over:
+            print(f"over-predicted: {line}")
     return 0
 
 

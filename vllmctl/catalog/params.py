@@ -79,7 +79,13 @@ def _round_up(size: int, multiple: int) -> int:
 
 
 def _mlp(
-    arch: ModelArch, index: int, tp: int, ep: bool = False, pad: tuple[int, int] = (1, 1)
+    arch: ModelArch,
+    index: int,
+    tp: int,
+    ep: bool = False,
+    pad: tuple[int, int] = (1, 1),
+    ep_ranks: int = 0,
+    extra_experts: int = 0,
 ) -> list[Linear]:
     h = arch.hidden_size
     if not arch.is_moe_layer(index):
@@ -88,7 +94,8 @@ def _mlp(
     # Expert parallel: each rank holds whole experts (the first ranks one more when tp does not divide
     # them) instead of a 1/tp slice of every expert; the shared expert stays tensor-parallel.
     inter = arch.moe_intermediate_size if ep else _div(arch.moe_intermediate_size, tp)
-    experts = -(-arch.num_experts // tp) if ep else arch.num_experts
+    # The expert-parallel group is TP x DP ranks; EPLB adds redundant copies spread over it.
+    experts = -(-(arch.num_experts + extra_experts) // (ep_ranks or tp)) if ep else arch.num_experts
     gated_bias = arch.model_type == "gpt_oss"
     # Fused-MoE kernels may pad each rank's expert shapes (`pad` = multiples for intermediate and hidden).
     inter, hidden = _round_up(inter, pad[0]), _round_up(h, pad[1])
@@ -113,10 +120,13 @@ def stage_linears(
     head: bool,
     ep: bool = False,
     expert_pad: tuple[int, int] = (1, 1),
+    ep_ranks: int = 0,
+    extra_experts: int = 0,
 ) -> tuple[Linear, ...]:
     """Every weight one rank of one pipeline stage holds (layers first_layer..last_layer-1);
     `ep`: experts split across the tp ranks (expert parallel) rather than each expert sharded;
-    `expert_pad`: the multiples a fused-MoE kernel rounds each rank's expert intermediate and hidden to."""
+    `expert_pad`: the multiples a fused-MoE kernel rounds each rank's expert intermediate and hidden to;
+    `ep_ranks`: the expert-parallel group (TP x DP; 0 = TP) and `extra_experts` EPLB's redundant ones."""
     vocab = padded_vocab(arch, tp)
     parts: list[Linear] = []
     if embed:
@@ -124,7 +134,7 @@ def stage_linears(
     for index in range(first_layer, last_layer):
         layer_parts = [
             *_attention(arch, tp),
-            *_mlp(arch, index, tp, ep, expert_pad),
+            *_mlp(arch, index, tp, ep, expert_pad, ep_ranks, extra_experts),
             Linear("norm", arch.hidden_size, 1, count=2),
         ]
         parts += [replace(part, layer=index) for part in layer_parts]

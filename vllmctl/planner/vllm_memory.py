@@ -167,7 +167,15 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     total = gpu.cuda_bytes
     requested = total * settings.gpu_memory_utilization
     pad = expert_padding(arch, gpu.compute_capability, settings.version)
-    weights_per_stage = stage_weight_bytes(arch, settings.tp, settings.pp, settings.expert_parallel, pad)
+    weights_per_stage = stage_weight_bytes(
+        arch,
+        settings.tp,
+        settings.pp,
+        settings.expert_parallel,
+        pad,
+        settings.tp * settings.dp,
+        settings.num_redundant_experts if settings.enable_eplb else 0,
+    )
     stages = pipeline_stages(arch.num_layers, settings.pp)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items

@@ -60,7 +60,13 @@ def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> f
 
 @lru_cache(maxsize=4096)
 def stage_weight_bytes(
-    arch: ModelArch, tp: int, pp: int, ep: bool = False, expert_pad: tuple[int, int] = (1, 1)
+    arch: ModelArch,
+    tp: int,
+    pp: int,
+    ep: bool = False,
+    expert_pad: tuple[int, int] = (1, 1),
+    ep_ranks: int = 0,
+    extra_experts: int = 0,
 ) -> tuple[float, ...]:
     """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
     parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes)."""
@@ -68,7 +74,10 @@ def stage_weight_bytes(
     sizes = []
     for number, (first, last) in enumerate(stages):
         ep_moe = ep and arch.is_moe
-        parts = stage_linears(arch, tp, first, last, number == 0, number == pp - 1, ep_moe, expert_pad)
+        head = number == pp - 1
+        parts = stage_linears(
+            arch, tp, first, last, number == 0, head, ep_moe, expert_pad, ep_ranks, extra_experts
+        )
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
         sizes.append(sum(linear_bytes(p, arch.quantization, arch.dtype_bytes) for p in kept))

@@ -1,0 +1,160 @@
+"""Turns one logged vLLM startup (a JSON record of vllm_startup_*.jsonl) into what the planner is asked: the
+architecture (catalog, or configs/ beside the records), the GPU, and the engine settings the log ran with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllmctl.catalog.arch import ModelArch, parse_config
+from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
+from vllmctl.catalog.loader import load_arch
+from vllmctl.errors import VllmctlError
+from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
+
+FALLBACK_VERSION = "0.11.0"
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    arch: ModelArch
+    gpu: GpuModel
+    known_gpu: bool
+    settings: VllmSettings
+    record: dict[str, Any]
+
+    @property
+    def v1(self) -> bool:
+        return str(self.record.get("engine") or "").startswith("V1")
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.record.get("refusal")) or "FAILED" in str(self.record.get("notes") or "")
+
+    @property
+    def started(self) -> bool:
+        return bool(self.record.get("available_kv_cache_gib") or self.record.get("gpu_kv_cache_tokens"))
+
+
+def _model_id(record: dict[str, Any]) -> str:
+    match = re.match(r"[\w./-]+", str(record.get("model") or ""))
+    return match[0] if match else ""
+
+
+def load_model(record: dict[str, Any], configs: Path | None) -> ModelArch | None:
+    """The catalog's architecture, else a config.json copy in `configs/<org>__<name>.json`."""
+    model = _model_id(record)
+    if configs is not None:
+        path = configs / f"{model.replace('/', '__')}.json"
+        if path.exists():
+            entry = json.loads(path.read_text())
+            return parse_config(entry.get("config", entry), model)
+    try:
+        return load_arch(model, online=False)
+    except VllmctlError:
+        return None
+
+
+def find_gpu_in(record: dict[str, Any]) -> GpuModel | None:
+    text = str(record.get("gpu") or "")
+    figures = record.get("other_figures") or {}
+    total = figures.get("total_gib") or figures.get("total_gpu_memory_gib")
+    reported = re.search(r"(\d+(?:\.\d+)?) GiB total", text)
+    mib = re.search(r"\((\d{4,6}) MiB\)", text)
+    named = None
+    for chunk in re.split(r"[(),]", text):
+        words = chunk.split()
+        # Longest leading run of words that names a catalog GPU ("NVIDIA L4 24GB" → "NVIDIA L4").
+        for end in range(len(words), 0, -1):
+            named = named or find_gpu(" ".join(words[:end]))
+    if total or reported:
+        cuda = float(total or reported[1])  # type: ignore[index]
+        if named is None or abs(named.cuda_gib - cuda) > 0.5:
+            return custom_gpu(cuda)
+        return named
+    if named is not None and mib:
+        return (
+            custom_gpu(smi_mib_to_cuda_gib(int(mib[1]), named.smi_name))
+            if named.smi_mib != int(mib[1])
+            else named
+        )
+    return named
+
+
+def _version(record: dict[str, Any]) -> tuple[int, int, int]:
+    try:
+        version = parse_version(str(record.get("vllm_version") or FALLBACK_VERSION))
+    except VllmctlError:
+        version = parse_version(FALLBACK_VERSION)
+    if version[0] != 0:  # container tags such as "NGC 25.11" are not vLLM versions
+        version = parse_version(FALLBACK_VERSION)
+    if str(record.get("engine") or "") == "V0" and version >= (0, 8, 0):
+        version = (0, 7, 3)  # a V0 engine forced on a V1-era release profiles as V0 did
+    return version
+
+
+def _sampler(record: dict[str, Any]) -> str:
+    quote = str(record.get("quote") or "")
+    if "Using FlashInfer for top-p & top-k sampling" in quote:
+        return "flashinfer"
+    if "PyTorch-native implementation of top-p & top-k" in quote:
+        return "sort"
+    return "auto"
+
+
+def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> VllmSettings:
+    version = _version(record)
+    offline = bool(re.search(r"LLM[- ]class|offline", str(record.get("notes") or "")))
+    figures = record.get("other_figures") or {}
+    max_len = int(record.get("max_model_len") or arch.max_position_embeddings)
+    chunked = figures.get("enable_chunked_prefill")
+    mnbt, seqs = default_batch_limits(version, gpu, offline, max_len, chunked)
+    if record.get("max_num_batched_tokens") and not record.get("max_num_seqs"):
+        seqs = min(seqs, int(record["max_num_batched_tokens"]))
+    kv = str(record.get("kv_cache_dtype") or "auto")
+    quant = str(record.get("quantization") or "")
+    return VllmSettings(
+        version=version,
+        tp=int(record.get("tensor_parallel_size") or 1),
+        pp=int(record.get("pipeline_parallel_size") or 1),
+        gpu_memory_utilization=float(
+            record.get("gpu_memory_utilization") or default_gpu_memory_utilization(version)
+        ),
+        max_model_len=max_len,
+        max_num_seqs=int(record.get("max_num_seqs") or seqs),
+        max_num_batched_tokens=int(record.get("max_num_batched_tokens") or mnbt),
+        kv_cache_dtype=kv if kv.startswith("fp8") else "auto",
+        enforce_eager=bool(record.get("enforce_eager")),
+        expert_parallel=bool(figures.get("enable_expert_parallel") or record.get("enable_expert_parallel")),
+        dp=int(record.get("data_parallel_size") or figures.get("data_parallel_size") or 1),
+        dtype=str(record.get("dtype") or "auto") if str(record.get("dtype") or "") in _DTYPES else "auto",
+        quantization=quant if quant in ("fp8", "bitsandbytes") and arch.quantization is None else None,
+        enable_chunked_prefill=chunked,
+        sampler=_sampler(record),
+    )
+
+
+_DTYPES = ("float16", "bfloat16", "half", "float32")
+
+
+def load_cases(path: Path) -> tuple[list[dict[str, Any]], list[Case]]:
+    """Every record of a JSONL file, and the ones the planner can replay (known model; any GPU)."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    configs = path.parent / "configs"
+    cases = []
+    for record in records:
+        arch = load_model(record, configs if configs.is_dir() else None)
+        if arch is None:
+            continue
+        found = find_gpu_in(record)
+        gpu = found or custom_gpu(80.0)
+        where = str(record.get("gpu") or "GPU?").split("(")[0].strip()[:28]
+        label = f"{_model_id(record)} @ {where} [{str(record.get('source'))[:60]}]"
+        cases.append(Case(label, arch, gpu, found is not None, settings_for(record, arch, gpu), record))
+    return records, cases
