@@ -93,3 +93,10 @@ def test_valid_neighbour_still_plans_and_passes_every_rule(rule: str, case: dict
     count = int(neighbour["gpus"])
     gpu = lookup_gpu(neighbour["gpu"])
     assert refusals(arch, gpu, count, settings, request.host, None, request.nodes) == []
+
+
+def test_docs_list_every_rule_with_its_source_and_versions() -> None:
+    from vllmctl.planner.rules.docs import rules_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
+    assert rules_markdown() in page, "docs/planner.md's rule table is stale: paste rules_markdown() into it"

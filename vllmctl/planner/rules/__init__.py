@@ -63,7 +63,10 @@ RULES: tuple[Rule, ...] = (
          ("dtype",), device.bfloat16_capability),
     Rule("fp8-kv-cache-backend", "an FP8 KV cache only where the attention backend for the GPU has one",
          "vllm/platforms/cuda.py:358-373; v1/attention/backends/flex_attention.py:703-705; "
-         "mla/triton_mla.py:68-70; vllm#26431", ("kv_cache_dtype",), device.fp8_kv_backend),
+         "mla/triton_mla.py:68-70; vllm#26431", ("kv_cache_dtype",), device.fp8_kv_backend,
+         version_note="0.11.x refuses below 8.9 except Hopper and Blackwell (before 0.11 the V0 engine takes "
+         "over; from 0.12 FlashInfer, now installed, serves 7.5 and newer); MLA models refuse off Hopper and "
+         "Blackwell from 0.10 to before 0.21"),
     Rule("fp8-e5m2-kv-with-fp8-checkpoint", "fp8_e5m2 KV cache not with an FP8 checkpoint",
          "vllm/attention/layer.py:165-175", ("kv_cache_dtype",), device.fp8_e5m2_with_fp8_checkpoint),
     Rule("block-size-multiple-of-16", "block_size a multiple of 16 on the flash and Triton backends",
@@ -75,7 +78,7 @@ RULES: tuple[Rule, ...] = (
     Rule("batched-tokens-cover-max-model-len", "without chunked prefill (V0 engine), max_num_batched_tokens "
          "at least max_model_len", "vllm/config/scheduler.py:236-244",
          ("max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"),
-         scheduler.batched_tokens_cover_context),
+         scheduler.batched_tokens_cover_context, version_note="V1 (0.8 and later) always chunks prefill"),
     Rule("gpu-memory-utilization-range", "gpu_memory_utilization in (0, 1]",
          "vllm/config/cache.py:168-171 (CacheConfig._verify_args)", ("gpu_memory_utilization",),
          scheduler.utilization_in_range),
@@ -91,7 +94,7 @@ RULES: tuple[Rule, ...] = (
     Rule("kv-cache-holds-one-request", "the KV cache holds one request of max_model_len",
          "vllm/v1/core/kv_cache_utils.py:703-724 (check_enough_kv_cache_memory)",
          ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", TP), memory.kv_holds_one_request,
-         needs_memory=True),
+         needs_memory=True, version_note="V0 (before 0.8): worker/worker.py raise_if_cache_size_invalid"),
     Rule("free-memory-at-start", "free memory at start at least gpu_memory_utilization x total",
          "vllm/v1/worker/gpu_worker.py:181-194 (Worker.init_device)", ("gpu_memory_utilization",),
          memory.free_memory_at_start, since=(0, 9, 0), needs_memory=True),

@@ -92,6 +92,7 @@ class Rule:
     since: Version = (0, 0, 0)
     until: Version | None = None
     needs_memory: bool = False
+    version_note: str = ""  # how the check itself changes across the versions it applies to
 
     def applies(self, version: Version) -> bool:
         return version >= self.since and (self.until is None or version < self.until)
@@ -111,6 +112,8 @@ class Rule:
     def versions(self) -> str:
         low = ".".join(map(str, self.since)) if self.since != (0, 0, 0) else "all"
         if self.until is None:
-            return f"{low} and later" if low != "all" else "all versions"
-        high = ".".join(map(str, self.until))
-        return f"{low} to before {high}" if low != "all" else f"before {high}"
+            text = f"{low} and later" if low != "all" else "all versions"
+        else:
+            high = ".".join(map(str, self.until))
+            text = f"{low} to before {high}" if low != "all" else f"before {high}"
+        return f"{text}; {self.version_note}" if self.version_note else text
