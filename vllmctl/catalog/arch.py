@@ -30,6 +30,8 @@ class VisionConfig:
     in_channels: int = 3
     gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL) rather than fc1/fc2 (CLIP, SigLIP)
     max_patches: int = 576  # patches of the largest image the processor emits
+    deepstack: int = 0  # Qwen3-VL: extra mergers whose outputs travel with the main one into the decoder
+    position_embeddings: int = 0  # learned patch position embeddings (Qwen3-VL)
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
 
 # Qwen2-VL / Qwen2.5-VL processors accept images up to max_pixels = 12845056 (3584²) by default.
 QWEN_VL_MAX_PIXELS = 12845056
+QWEN3_VL_MAX_PIXELS = 16777216
 
 
 def _vision(config: dict[str, Any]) -> VisionConfig | None:
@@ -198,9 +201,14 @@ def _vision(config: dict[str, Any]) -> VisionConfig | None:
     patch = _int(raw, "patch_size", "spatial_patch_size", default=14)
     nested = config.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    if str(config.get("model_type", "")).startswith("qwen2"):
+    model_type = str(config.get("model_type", ""))
+    if model_type.startswith("qwen2"):
         max_patches = QWEN_VL_MAX_PIXELS // (patch * patch)
-        gated = str(config.get("model_type")) == "qwen2_5_vl"
+        gated = model_type == "qwen2_5_vl"
+    elif model_type.startswith(("qwen3_vl", "qwen3_5", "qwen3_omni")):
+        # Qwen3-VL's processor takes images up to size.longest_edge = 16777216 pixels; vLLM profiles the
+        # encoder with that largest image (qwen3_vl.py, _get_vision_info with image_processor.size).
+        max_patches, gated = QWEN3_VL_MAX_PIXELS // (patch * patch), False
     else:
         side = _int(raw, "image_size", default=336) // patch
         max_patches, gated = side * side + 1, False  # CLIP/SigLIP: one fixed size plus the class token
@@ -216,6 +224,8 @@ def _vision(config: dict[str, Any]) -> VisionConfig | None:
         in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
         gated_mlp=gated,
         max_patches=max_patches,
+        deepstack=len(raw.get("deepstack_visual_indexes") or ()),
+        position_embeddings=_int(raw, "num_position_embeddings"),
     )
 
 

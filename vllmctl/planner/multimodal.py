@@ -30,11 +30,13 @@ def encoder_params_per_rank(arch: ModelArch, tp: int) -> int:
     mlp = (3 if vision.gated_mlp else 2) * d * inner + inner + d
     block = (4 * d * d + 4 * d + mlp) // tp + 4 * d
     patch_embed = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2 * d
+    patch_embed += vision.position_embeddings * d
     merged = d * vision.spatial_merge_size**2
     if vision.spatial_merge_size > 1:  # Qwen2-VL merger: norm, merged→merged, merged→text hidden
         projector = merged * merged + merged * vision.out_hidden_size + d
     else:  # LLaVA projector: vision hidden→text hidden→text hidden
         projector = d * vision.out_hidden_size + vision.out_hidden_size**2
+    projector *= 1 + vision.deepstack  # Qwen3-VL: one more merger per deepstack layer
     return vision.depth * block + patch_embed + projector // tp
 
 
@@ -58,5 +60,6 @@ def encoder_memory(
     inner = (3 if vision.gated_mlp else 2) * vision.intermediate_size // tp
     per_patch = 2 * vision.hidden_size + pixels + max(inner, 3 * vision.hidden_size // tp)
     activation = float(patches * per_patch * ACT_BYTES)
-    outputs = float(profiled * tokens_per_item * vision.out_hidden_size * ACT_BYTES)
+    # Qwen3-VL keeps the deepstack mergers' outputs beside the main one: out_hidden x (1 + deepstack) wide.
+    outputs = float(profiled * tokens_per_item * vision.out_hidden_size * (1 + vision.deepstack) * ACT_BYTES)
     return EncoderMemory(weights, activation, outputs, profiled, tokens_per_item)
