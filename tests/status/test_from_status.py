@@ -202,3 +202,28 @@ def test_the_changed_inventory_validates_and_differs_only_in_engine_args(tmp_pat
     before, after = yaml.safe_load(original), yaml.safe_load(written.read_text())
     after["models"]["m"]["engine_args"] = {"max_num_seqs": 2}
     assert after == before
+
+
+def test_a_proposal_vllm_would_refuse_is_withdrawn_with_the_refusal(tmp_path: Path) -> None:
+    from vllmctl.catalog.loader import load_archs
+    from vllmctl.runner.fleet import runs_on_cpu
+    from vllmctl.runner.refusals import vet_proposals
+
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        "vllmctl: 1\n"
+        "hosts:\n  gpu-01: {address: 10.0.0.1, gpus: {model: H100-80GB, count: 1}}\n"
+        "models:\n"
+        "  llama:\n    source: meta-llama/Llama-3.1-8B-Instruct\n    hosts: gpu-01\n    max_model_len: 8192\n"
+        "    engine_args: {max_num_batched_tokens: 256, max_num_seqs: 128}\n"
+    )
+    inv = load_inventory(str(path))
+    archs = load_archs([m.source for m in inv.models.values()], online=False)
+    current = dict(inv.models["llama"].engine_args)
+    too_many = Proposal("llama", current, {"max_num_seqs": 512}, "raise max_num_seqs")
+    fine = Proposal("llama", current, {"max_num_seqs": 256}, "raise max_num_seqs")
+    withdrawn, kept = vet_proposals(inv, [too_many, fine], archs, runs_on_cpu)
+    assert withdrawn.changes == {}
+    assert "withdrawn: vLLM would not start it" in withdrawn.reason
+    assert "must be greater than or equal to max_num_seqs (512)" in withdrawn.reason
+    assert kept.changes == {"max_num_seqs": 256}

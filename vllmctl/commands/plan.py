@@ -29,10 +29,11 @@ from vllmctl.runner.fleet import (
     host_contexts,
     host_resources_from,
     load_model_archs,
+    runs_on_cpu,
     select_hosts,
     served_plan,
 )
-from vllmctl.runner.refusals import refused_problems
+from vllmctl.runner.refusals import refused_problems, vet_proposals
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -143,6 +144,7 @@ def _from_status(args: argparse.Namespace, ui: Ui, inv: Inventory) -> int:
     statuses = collect(inv, hosts, served_plan(inv), args.model, args.interval, args.timeout, args.samples)
     looked_at = {s.model for s in statuses}
     proposals = propose_all({m: dict(inv.models[m].engine_args) for m in looked_at}, statuses)
+    proposals = vet_proposals(inv, proposals, load_model_archs(inv, online=False)[0], runs_on_cpu)
     written = _write(args, inv, proposals) if args.write else None
     if args.json:
         ui.json({"proposals": [p.to_json() for p in proposals], "written": written})

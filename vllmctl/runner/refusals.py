@@ -4,14 +4,17 @@ file, line, column and field path (the planner itself knows no files).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.errors import InputError, InvalidInputError, Problem
 from vllmctl.inventory.model import Inventory
 from vllmctl.inventory.ports import planned_port_problems
 from vllmctl.inventory.positions import FieldPath
 from vllmctl.inventory.source import read_yaml
-from vllmctl.planner.inventory_plan import HostModelPlan, InventoryPlan
+from vllmctl.planner.from_status import Proposal
+from vllmctl.planner.inventory_plan import HostModelPlan, InventoryPlan, plan_inventory
 from vllmctl.planner.tuning import normalize_args
 
 
@@ -58,3 +61,32 @@ def raise_refused(inv: Inventory, entries: Iterable[HostModelPlan]) -> None:
     problems = refused_problems(inv, entries)
     if problems:
         raise InvalidInputError(problems)
+
+
+def vet_proposals(
+    inv: Inventory,
+    proposals: list[Proposal],
+    archs: Mapping[str, ModelArch],
+    on_cpu: Callable[[Inventory, str, str], bool],
+) -> list[Proposal]:
+    """`plan --from-status` proposes only what vLLM starts: a change whose plan breaks one of vLLM's rules
+    (or no longer fits) is withdrawn with the refusal as its reason. CPU builds (`on_cpu(inv, host, model)`)
+    have no GPU rules to break."""
+    vetted = []
+    for proposal in proposals:
+        if not proposal.changes:
+            vetted.append(proposal)
+            continue
+        model = replace(inv.models[proposal.model], engine_args=dict(proposal.proposed))
+        changed = replace(inv, models={**inv.models, proposal.model: model})
+        entries = plan_inventory(changed, None, archs).entries
+        failed = [
+            e
+            for e in entries
+            if e.model == proposal.model and e.plan is None and not on_cpu(changed, e.host, e.model)
+        ]
+        if failed:
+            why = f"withdrawn: vLLM would not start it: {failed[0].error}"
+            proposal = replace(proposal, changes={}, reason=why)
+        vetted.append(proposal)
+    return vetted
