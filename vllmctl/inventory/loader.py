@@ -103,6 +103,7 @@ def _model(
         profile=body.get("profile", "balanced"),
         max_model_len=body.get("max_model_len"),
         allow_context_shrink=body.get("allow_context_shrink", False),
+        tight_fit=body.get("tight_fit", False),
         engine=engine,
         engine_args=dict(mapping(body.get("engine_args"))),
         slo={key: float(value) for key, value in mapping(body.get("slo")).items()},

@@ -98,6 +98,7 @@ class ModelDeployment:
     profile: Profile = "balanced"
     max_model_len: int | None = None
     allow_context_shrink: bool = False
+    tight_fit: bool = False  # accept a fit inside the prediction's error band
     engine: EngineSpec | None = None  # a per-model engine override; None means each host's engine
     engine_args: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)

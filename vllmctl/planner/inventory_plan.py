@@ -114,6 +114,7 @@ def deployment_request(
         profile=model.profile,
         max_model_len=model.max_model_len,
         allow_context_shrink=model.allow_context_shrink,
+        tight_fit=model.tight_fit,
         engine_args=dict(model.engine_args),
         concurrency=float(concurrency) if concurrency else None,
         nodes=nodes,
