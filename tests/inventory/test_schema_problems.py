@@ -48,7 +48,7 @@ def test_unknown_keys_get_did_you_mean(problems: Problems) -> None:
         "inv.yml:6:59: models.m.zzz: unknown key 'zzz'\n  hint: allowed keys here: "
         "allow_context_shrink, engine, "
         "engine_args, hosts, max_model_len, multimodal, port, profile, revision, sampling, slo, source, "
-        "use_case, workload",
+        "tight_fit, use_case, workload",
     ]
 
 
