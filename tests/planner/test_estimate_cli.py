@@ -140,3 +140,12 @@ def test_bad_input_exits_2_with_a_hint(
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "hint:" in err
+
+
+def test_a_gpu_given_by_memory_takes_its_compute_capability(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "openai/gpt-oss-20b", "--gpu-memory", "22GiB"]
+    hopper = run_json(capsys, *argv)
+    assert hopper["refusals"] == []
+    turing = run_json(capsys, *argv, "--compute-capability", "7.5", code=1)
+    rules = [r["rule"] for r in turing["refusals"]]  # type: ignore[union-attr]
+    assert "quantization-min-capability" in rules

@@ -167,8 +167,25 @@ def smi_mib_to_cuda_gib(smi_mib: int, name: str | None = None) -> float:
     return round(smi_mib / 1024 * 0.99426, 2)
 
 
-def custom_gpu(cuda_gib: float) -> GpuModel:
-    """A GPU known only by its CUDA total (estimate --gpu-memory); assumed Hopper-class and PCIe."""
+def custom_gpu(cuda_gib: float, compute_capability: tuple[int, int] = (9, 0)) -> GpuModel:
+    """A GPU known only by its CUDA total (estimate --gpu-memory); Hopper-class and PCIe unless told."""
     return GpuModel(
-        f"custom-{cuda_gib:g}GiB", "custom", int(cuda_gib * 1024 / 0.99426), cuda_gib, 0, 0, "pcie", (9, 0)
+        f"custom-{cuda_gib:g}GiB",
+        "custom",
+        int(cuda_gib * 1024 / 0.99426),
+        cuda_gib,
+        0,
+        0,
+        "pcie",
+        compute_capability,
     )
+
+
+def parse_compute_capability(text: str) -> tuple[int, int]:
+    """'8.6' (as nvidia-smi --query-gpu=compute_cap prints it) to (8, 6)."""
+    match = re.fullmatch(r"\s*(\d+)\.(\d)\s*", text)
+    if not match:
+        raise InputError(
+            f"cannot read compute capability {text!r}", "give it as nvidia-smi prints it, e.g. 8.6"
+        )
+    return int(match[1]), int(match[2])

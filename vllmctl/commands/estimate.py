@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from vllmctl.catalog.arch import ModelArch
-from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, lookup_gpu
+from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, lookup_gpu, parse_compute_capability
 from vllmctl.catalog.loader import load_arch, with_quantization
 from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
@@ -54,7 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gpu = parser.add_mutually_exclusive_group(required=True)
     gpu.add_argument("--gpu", help="GPU name, e.g. H100-80GB, L40S, 'NVIDIA GeForce RTX 4090'")
     gpu.add_argument(
-        "--gpu-memory", help="GPU total as CUDA reports it, e.g. 79.19GiB (assumed Hopper-class)"
+        "--gpu-memory", help="GPU total as CUDA reports it, e.g. 79.19GiB (see --compute-capability)"
+    )
+    parser.add_argument(
+        "--compute-capability", help="with --gpu-memory: the GPU's compute capability, e.g. 8.6 (default 9.0)"
     )
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
@@ -112,12 +115,14 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def _gpu(args: argparse.Namespace) -> GpuModel:
     if args.gpu:
         return lookup_gpu(args.gpu)
-    return custom_gpu(round(parse_size(args.gpu_memory, "gib", "--gpu-memory") / GIB, 2))
+    capability = parse_compute_capability(args.compute_capability) if args.compute_capability else (9, 0)
+    return custom_gpu(round(parse_size(args.gpu_memory, "gib", "--gpu-memory") / GIB, 2), capability)
 
 
 def given_flags(args: argparse.Namespace) -> frozenset[str]:
-    """vLLM flag names the user set on the command line."""
+    """vLLM flag names the user set on the command line (the GPU's description is not a flag)."""
     names = {k for k, v in vars(args).items() if v is not None and _UNSET.get(k) != v}
+    names -= {"compute_capability", "gpu", "gpu_memory", "model", "engine", "engine_version", "json", "func"}
     return frozenset(_FLAG_NAMES.get(name, name) for name in names)
 
 
