@@ -55,3 +55,44 @@ def test_a_model_that_cannot_fit_fails_with_numbers(capsys: pytest.CaptureFixtur
     assert "l4-01 / llama-70b:" in err
     assert "GiB" in err
     assert "hint:" in err
+
+
+REFUSED_TP = """vllmctl: 1
+defaults:
+  engine: {name: vllm, version: "0.11.0"}
+hosts:
+  gpu-01: {address: 10.0.0.11, gpus: {model: H100-80GB, count: 8}}
+models:
+  llama:
+    source: meta-llama/Llama-3.1-8B-Instruct
+    hosts: gpu-01
+    max_model_len: 8192
+    engine_args:
+      tensor_parallel_size: 3
+"""
+
+
+def test_plan_refuses_a_flag_vllm_refuses_at_its_inventory_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    inventory = tmp_path / "tp3.yml"
+    inventory.write_text(REFUSED_TP)
+    assert cli.main(["plan", str(inventory), "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert f"{inventory}:12:7: models.llama.engine_args.tensor_parallel_size:" in err
+    assert "Total number of attention heads (32) must be divisible by tensor parallel size (3)." in err
+    assert "valid tensor_parallel_size on 8 GPUs: 1, 2, 4, 8" in err
+    code, out = _plan_json(capsys, str(inventory))
+    assert code == 2
+    [problem] = out["problems"]  # type: ignore[misc]
+    assert (problem["line"], problem["field"]) == (12, "models.llama.engine_args.tensor_parallel_size")
+
+
+def test_apply_refuses_it_before_touching_a_host(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    inventory = tmp_path / "tp3.yml"  # 10.0.0.11 is never contacted: the refusal comes first
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inventory.write_text(REFUSED_TP.replace("defaults:\n", f"defaults:\n  ssh: {{known_hosts: {known}}}\n"))
+    assert cli.main(["apply", str(inventory), "--check", "--offline", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "tensor_parallel_size: meta-llama/Llama-3.1-8B-Instruct: vLLM refuses to start" in err
