@@ -9,6 +9,7 @@ import pytest
 
 from vllmctl.catalog.gpus import lookup_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import load_arch, resolve_catalog, with_quantization
+from vllmctl.catalog.params import total_params
 from vllmctl.errors import InputError
 
 
@@ -71,9 +72,9 @@ def test_parsed_families() -> None:
     r1 = load_arch("deepseek-ai/DeepSeek-R1", online=False)
     assert r1.is_mla and r1.kv_lora_rank == 512 and r1.qk_rope_head_dim == 64
     assert r1.first_k_dense == 3 and not r1.is_moe_layer(2) and r1.is_moe_layer(3)
-    assert r1.param_count == pytest.approx(671e9, rel=0.01)
-    assert load_arch("Qwen/Qwen3-30B-A3B", online=False).param_count == pytest.approx(30.5e9, rel=0.01)
-    assert load_arch("meta-llama/Llama-3.1-8B", online=False).param_count == 8_030_261_248
+    assert total_params(r1) == pytest.approx(671e9, rel=0.01)
+    assert total_params(load_arch("Qwen/Qwen3-30B-A3B", online=False)) == pytest.approx(30.5e9, rel=0.01)
+    assert total_params(load_arch("meta-llama/Llama-3.1-8B", online=False)) == 8_030_261_248
 
 
 def test_local_directory_and_config_path(tmp_path: Path) -> None:

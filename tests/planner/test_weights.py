@@ -9,7 +9,7 @@ import pytest
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
-from vllmctl.catalog.params import padded_vocab, pipeline_stages, stage_linears
+from vllmctl.catalog.params import padded_vocab, pipeline_stages, stage_linears, total_params
 from vllmctl.catalog.quant import QuantConfig
 from vllmctl.planner.weights import linear_bytes, stage_weight_bytes, weight_gib
 
@@ -20,7 +20,7 @@ NORMS = 2 * 2048 + 1024  # two per layer, plus the final norm
 
 
 def test_bf16_counts_every_parameter_twice(tiny: ModelArch) -> None:
-    assert tiny.param_count == 2 * LINEAR_PER_LAYER + 2 * EMBED + NORMS == 95_949_824
+    assert total_params(tiny) == 2 * LINEAR_PER_LAYER + 2 * EMBED + NORMS == 95_949_824
     assert stage_weight_bytes(tiny, 1, 1) == (2 * 95_949_824,)
 
 
@@ -89,7 +89,7 @@ def test_vocab_is_padded_to_64_before_the_tp_split(make_arch: Callable[..., Mode
 def test_moe_experts_and_replicated_router(make_arch: Callable[..., ModelArch]) -> None:
     moe = make_arch(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=512, num_hidden_layers=1)
     per_layer = 1536 * 1024 + 1024 * 1024 + 4 * 1024 + 4 * (1024 * 1024 + 1024 * 512) + 2048
-    assert moe.param_count == per_layer + 2 * EMBED + 1024
+    assert total_params(moe) == per_layer + 2 * EMBED + 1024
     tp2_layer = 768 * 1024 + 1024 * 512 + 4 * 1024 + 4 * (512 * 1024 + 1024 * 256) + 2048
     assert stage_weight_bytes(moe, 2, 1) == (2 * (tp2_layer + 2 * 16000 * 1024 + 1024),)
 
@@ -99,7 +99,7 @@ def test_mxfp4_quantizes_only_experts(make_arch: Callable[..., ModelArch]) -> No
     mx = replace(moe, quantization=QuantConfig("mxfp4", 4, 32, attention_quantized=False, experts_only=True))
     experts = 4 * (1024 * 1024 + 1024 * 512)
     scales = 4 * (32 * 1024 + 16 * 1024)  # one byte per 32 input weights
-    rest = moe.param_count - experts
+    rest = total_params(moe) - experts
     assert stage_weight_bytes(mx, 1, 1) == (rest * 2 + experts / 2 + scales,)
 
 
@@ -130,7 +130,7 @@ def test_meta_fp8_405b_keeps_attention_and_edge_ffns_in_bf16() -> None:
 def test_mla_absorbed_copies_cost_memory_only_when_kv_b_is_quantized() -> None:
     v25 = load_arch("deepseek-ai/DeepSeek-V2.5", online=False)
     assert v25.quantization is None
-    assert stage_weight_bytes(v25, 1, 1) == (v25.param_count * 2,)
+    assert stage_weight_bytes(v25, 1, 1) == (total_params(v25) * 2,)
     r1 = load_arch("deepseek-ai/DeepSeek-R1", online=False)
     parts = stage_linears(r1, 8, 0, 61, True, True)
     stored = sum(linear_bytes(p, r1.quantization, 2) for p in parts if p.kind != "mla_absorbed")

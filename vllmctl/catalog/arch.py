@@ -92,12 +92,6 @@ class ModelArch:
             return tuple("sliding" if "sliding" in t else "full" for t in self.layer_types)
         return (("sliding" if self.sliding_window else "full"),) * self.num_layers
 
-    @property
-    def param_count(self) -> int:
-        from vllmctl.catalog.params import total_params
-
-        return total_params(self)
-
 
 def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
     for key in keys:

@@ -14,6 +14,7 @@ from rich.table import Table
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, lookup_gpu, parse_compute_capability
 from vllmctl.catalog.loader import load_arch, with_quantization
+from vllmctl.catalog.params import total_params
 from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         )
     figures = estimate.figures
     figures.update(model=arch.name, gpu=gpu.name, engine=args.engine, engine_version=version,
-                   checkpoint_gib=round(checkpoint_gib(arch), 4), param_count=arch.param_count)  # fmt: skip
+                   checkpoint_gib=round(checkpoint_gib(arch), 4), param_count=total_params(arch))  # fmt: skip
     if not figures["fits"]:
         figures["max_model_len_that_fits"] = figures.get("max_model_len_that_fits", 0)
     refused = [*estimate.model_refusals, *estimate.memory_refusals]

@@ -9,6 +9,7 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
+from vllmctl.catalog.params import total_params
 from vllmctl.planner.rules import Refusal
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.settings import VllmSettings
@@ -55,7 +56,7 @@ def vllm_estimate(
     out["reasons"] = [
         f"requested = {mem.total_gib:.2f} GiB x {settings.gpu_memory_utilization} "
         f"= {mem.requested_gib:.2f} GiB",
-        f"weights: {arch.param_count / 1e9:.2f}B parameters as {quant}, TP={settings.tp} PP={settings.pp} "
+        f"weights: {total_params(arch) / 1e9:.2f}B parameters as {quant}, TP={settings.tp} PP={settings.pp} "
         f"-> {mem.weights_gib:.2f} GiB per GPU",
         f"activation peak: profile run over {settings.max_num_batched_tokens} tokens and a sampler over "
         f"{min(settings.max_num_seqs, settings.max_num_batched_tokens)} sequences "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.params import total_params
 from vllmctl.planner.types import Decision, DeploymentRequest
 
 SMALL_MODEL_PARAMS = 8e9  # torch.compile pays off for small models at small batch sizes
@@ -82,14 +83,15 @@ def sglang_guide_decisions(
             "not support constrained decoding, so declare grammar_backend if clients send grammars",
         )
     )
-    small = arch.param_count <= SMALL_MODEL_PARAMS and not arch.is_moe
+    params = total_params(arch)
+    small = params <= SMALL_MODEL_PARAMS and not arch.is_moe
     compile_it = small and request.profile == "latency"
     decisions.append(
         _explicit_or(
             "enable_torch_compile",
             explicit,
             compile_it,
-            f"latency profile and a small model ({arch.param_count / 1e9:.1f}B): torch.compile fuses kernels "
+            f"latency profile and a small model ({params / 1e9:.1f}B): torch.compile fuses kernels "
             "for the small decode batches (up to torch_compile_max_bs); costs minutes of startup"
             if compile_it
             else f"off: torch.compile helps small models (<= {SMALL_MODEL_PARAMS / 1e9:.0f}B, dense) at "
