@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmctl import quoting
 from vllmctl.engine_flags import KNOWN_FLAGS, to_cli
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Host, Inventory, ModelDeployment
@@ -77,11 +78,11 @@ def venv_path(engine: EngineSpec) -> str:
 
 
 def unit_name(model: str, replica: int) -> str:
-    return f"vllmctl-{model}-{replica}.service"
+    return quoting.unit_file_name(f"vllmctl-{model}-{replica}.service")
 
 
 def env_path(model: str) -> str:
-    return f"{ETC_DIR}/{model}.env"
+    return quoting.confined_path(ETC_DIR, f"{model}.env")
 
 
 def exec_argv(model: ModelDeployment, engine: EngineSpec, plan: ModelPlan, replica: Replica) -> list[str]:

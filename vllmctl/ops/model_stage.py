@@ -23,32 +23,26 @@ from vllmctl.ops.base import (
     run,
     sha256_text,
 )
+from vllmctl.ops.env_reader import READ_ENV
 
 HUB_CACHE = "/var/lib/vllmctl/models/hub"
 HELPER = "/var/lib/vllmctl/bin/hub-download.py"
 DISK_MARGIN = 1.1  # room for the temp files a download or an upload writes before renaming
 
 # Runs in the engine venv as root: the env file (0600) is read here so the token never reaches argv.
-HUB_DOWNLOAD = """\
-import sys
+HUB_DOWNLOAD = (
+    READ_ENV
+    + """
+import os, sys
 env_file, repo, revision, cache = sys.argv[1:5]
-env = {}
-try:
-    for line in open(env_file, encoding="utf-8"):
-        key, sep, value = line.strip().partition("=")
-        if sep and not key.startswith("#"):
-            if value[:1] == '"' and value[-1:] == '"':
-                value = value[1:-1].replace('\\\\"', '"').replace("\\\\n", "\\n").replace("\\\\\\\\", "\\\\")
-            env[key] = value
-except FileNotFoundError:
-    pass
-import os
+env = read_env(env_file)
 os.environ.update({k: v for k, v in env.items() if k.startswith(("HF_", "HUGGING"))})
 os.environ.pop("HF_HUB_OFFLINE", None)
 from huggingface_hub import snapshot_download
 path = snapshot_download(repo, revision=revision or None, cache_dir=cache, token=env.get("HF_TOKEN") or None)
 print(path)
 """
+)
 
 
 @dataclass(frozen=True)

@@ -4,23 +4,20 @@ listing the model, up to a deadline; on failure print the last journal lines. Re
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, Upload, noop, run, sha256_text
+from vllmctl.ops.env_reader import READ_ENV
 
 STATE_DIR = "/var/lib/vllmctl/state"
 HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
 JOURNAL_LINES = 40
 
 # Runs with the host's python3 (stdlib only) as root, so it can read the API key from the 0600 env file.
-POLL = """\
+POLL = (
+    READ_ENV
+    + """
 import json, subprocess, sys, time, urllib.request
 base, model, deadline, unit, env_file, lines = sys.argv[1:7]
 deadline = float(deadline)
-key = ""
-try:
-    for line in open(env_file, encoding="utf-8"):
-        if line.startswith("VLLM_API_KEY="):
-            key = line.split("=", 1)[1].strip().strip('"')
-except OSError:
-    pass
+key = read_env(env_file).get("VLLM_API_KEY", "")
 headers = {"Authorization": "Bearer " + key} if key else {}
 
 
@@ -72,6 +69,7 @@ journal = ["journalctl", "-u", unit, "-n", lines, "--no-pager", "-o", "cat"]
 print(subprocess.run(journal, capture_output=True, text=True).stdout, file=sys.stderr)
 sys.exit(1)
 """
+)
 
 
 def healthy_path(unit: str) -> str:
