@@ -147,6 +147,20 @@ def url_path_segment(value: object) -> str:
     return quote(str(value), safe="")
 
 
+def url_with_credentials(url: str, credentials: str | None) -> str:
+    """`url` with `user:password` (each percent-encoded) as its userinfo; `url` itself when none is given."""
+    if not credentials:
+        return url
+    parts = urlsplit(url)
+    user, sep, password = credentials.partition(":")
+    userinfo = quote(user, safe="") + (":" + quote(password, safe="") if sep else "")
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def has_credentials(url: str) -> bool:
+    return "@" in urlsplit(url).netloc
+
+
 def redact_url(url: str) -> str:
     """The URL with any user:password@ replaced by `***@`: what check output, JSON and logs may show."""
     parts = urlsplit(url)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from vllmctl.desired import HOME_DIR, SERVICE_USER, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
 from vllmctl.multinode.units import RAY_DIR
+from vllmctl.ops.engine import index_source
 
 SYSTEMD_DIR = "/etc/systemd/system"
 
@@ -41,12 +41,7 @@ def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str 
     venv = venv_path(engine)
     python = shlex.quote(f"{venv}/bin/python")
     wanted = f"ray=={cluster.ray.version}"
-    source: list[str] = []
-    if index_url:
-        source = ["--index-url", index_url]
-        host = urlsplit(index_url).hostname
-        if urlsplit(index_url).scheme == "http" and host:
-            source += ["--trusted-host", host]
+    index = index_source(index_url, None, uv=False)  # credentials come through stdin (ray_install_stdin)
     check = f"import importlib.metadata as m; assert m.version('ray') == {cluster.ray.version!r}"
     install = [
         f"{venv}/bin/python",
@@ -55,16 +50,21 @@ def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str 
         "install",
         "-q",
         "--disable-pip-version-check",
-        *source,
+        *index.options,
         wanted,
     ]
     return "\n".join(
         [
             "set -e",
+            *index.prelude(),
             f"[ -x {python} ] || python3 -m venv {shlex.quote(venv)}",
             f"{python} -c {shlex.quote(check)} 2>/dev/null || {shlex.join(install)}",
         ]
     )
+
+
+def ray_install_stdin(index_url: str | None) -> bytes:
+    return index_source(index_url, None, uv=False).stdin
 
 
 def unit_path(name: str) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.errors import VllmctlError
+from vllmctl.quoting import shell_join
 
 Args = Mapping[str, Any]
 Facts = Mapping[str, Any]
@@ -25,14 +25,17 @@ def sha256_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class Command:
-    """Either an argv (quoted with shlex.join when sent) or a shell string already built with shlex.quote."""
+    """Either an argv (each word quoted with `quoting.shell_word` when sent) or a shell string whose values
+    were each quoted with it."""
 
     argv: tuple[str, ...] = ()
     shell: str = ""
     sudo: bool = True
+    # secret input the command reads itself (a mirror's credentials): never part of what is shown or run
+    stdin: bytes = field(default=b"", repr=False)
 
     def render(self) -> str:
-        return self.shell or shlex.join(self.argv)
+        return self.shell or shell_join(self.argv)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ the 0600 env file, never argv) and controller directories synced by sha256 manif
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.quoting import shell_join
 
 HUB_CACHE = "/var/lib/vllmctl/models/hub"
 HELPER = "/var/lib/vllmctl/bin/hub-download.py"
@@ -105,7 +105,7 @@ def _plan_hub(args: Args, facts: Facts) -> Step:
                 "install", "-d", "-m", "0755", posixpath.dirname(HELPER), HUB_CACHE, posixpath.dirname(marker)
             ),
             Upload(HELPER, HUB_DOWNLOAD, "0755"),
-            Command(shell=f"umask 022 && {shlex.join(argv)} >/dev/null"),
+            Command(shell=f"umask 022 && {shell_join(argv)} >/dev/null"),
             Upload(marker, content),
         ),
     )
