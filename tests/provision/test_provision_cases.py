@@ -29,6 +29,7 @@ def test_op_case(case: Path) -> None:
     step = op(doc["args"], doc["facts"])
     assert step.rendered() == doc["commands"]
     assert step.noop == doc["noop"]
+    assert list(step.warnings) == doc.get("warnings", [])
     assert (step.noop is None) == step.changed
     assert set(op.requests(doc["args"])) <= set(doc["facts"])
 

@@ -78,6 +78,7 @@ class Step:
     actions: tuple[Action, ...] = ()
     noop: str | None = None
     change: FileChange | None = None
+    warnings: tuple[str, ...] = ()  # what the plan refused to act on (data read back from the host)
 
     @property
     def changed(self) -> bool:
@@ -93,6 +94,12 @@ def noop(op: str, target: str, reason: str) -> Step:
 
 def run(*argv: str, sudo: bool = True) -> Command:
     return Command(argv=tuple(argv), sudo=sudo)
+
+
+def make_dirs(*paths: str) -> Command:
+    """Create the directories that are missing (0755 under umask 022). An existing one keeps its mode and
+    owner: `install -d -m` would re-mode it, and a model's dest may be a shared /srv or /opt."""
+    return Command(shell=f"umask 022 && mkdir -p -- {shell_join(paths)}")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,18 @@ listing the model, up to a deadline; on failure print the last journal lines. Re
 
 from __future__ import annotations
 
-from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, Upload, noop, run, sha256_text
+from vllmctl.ops.base import (
+    Args,
+    FactRequests,
+    Facts,
+    Operation,
+    Step,
+    Upload,
+    make_dirs,
+    noop,
+    run,
+    sha256_text,
+)
 from vllmctl.ops.env_reader import READ_ENV
 
 STATE_DIR = "/var/lib/vllmctl/state"
@@ -92,7 +103,7 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     deadline = f"{float(args['deadline_s']):g}"
     model, env_file = str(args["model"]), str(args["env_file"])
     poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
-    helper = (run("install", "-d", "-m", "0755", HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
+    helper = (make_dirs(HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
     return Step("service_health", unit, (*helper, poll, Upload(healthy_path(unit), applied)))
 
 
