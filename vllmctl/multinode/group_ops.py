@@ -81,8 +81,8 @@ def parse_env_state(output: str) -> EngineEnv:
 
 def env_record_step(group: str, digest: str) -> Step:
     # 0600: the digest of an env file holding a short API key could be guessed
-    upload = Upload(engine_env_record(group), digest + "\n", mode="0600")
-    return Step("group_env", f"{group} engine env {digest[:12]}", (upload,))
+    upload = Upload(engine_env_record(group), digest + "\n", mode="0600", secret=True)
+    return Step("group_env", f"{group} engine env", (upload,))
 
 
 @dataclass(frozen=True)

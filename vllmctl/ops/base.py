@@ -54,6 +54,7 @@ class Upload:
         return sha256_text(self.content)
 
     def render(self) -> str:
+        # secret: the content holds secrets or digests them; even a short digest of a short key can be guessed
         digest = "secret content" if self.secret else f"sha256 {self.sha256[:12]}"
         return f"upload {self.path} mode={self.mode} owner={self.owner}:{self.group} ({digest})"
 

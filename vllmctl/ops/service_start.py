@@ -104,7 +104,8 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     model, env_file = str(args["model"]), str(args["env_file"])
     poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
     helper = (make_dirs(HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
-    return Step("service_health", unit, (*helper, poll, Upload(healthy_path(unit), applied)))
+    record = Upload(healthy_path(unit), applied, secret=True)  # a digest of the env file: never shown
+    return Step("service_health", unit, (*helper, poll, record))
 
 
 SERVICE_HEALTH = Operation("service_health", _facts, _plan_health, {"running": True, "deadline_s": 300.0})

@@ -61,7 +61,8 @@ def _plan_service(args: Args, facts: Facts) -> Step:
     if args["running"]:
         if not active or recorded != args["applied"]:
             actions.append(run("systemctl", "restart", name))
-            actions.append(Upload(applied_path(name), str(args["applied"])))
+            # the record digests the env file: shown, even a short digest lets a short API key be guessed
+            actions.append(Upload(applied_path(name), str(args["applied"]), secret=True))
     else:
         if active:
             actions.append(run("systemctl", "stop", name))
