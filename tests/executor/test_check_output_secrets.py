@@ -18,8 +18,9 @@ from vllmctl.runner.fleet import host_contexts
 
 KEY = "qz"  # two letters: 676 guesses
 PLAYBOOK = parse_playbook(
-    "name: t\nphases:\n  - name: models\n    tasks:\n      - task: model_env_files\n      - task: model_units\n"
-    "  - name: services\n    tasks:\n      - task: model_services\n      - task: health_check\n",
+    "name: t\nphases:\n  - name: models\n    tasks:\n      - task: model_env_files\n"
+    "      - task: model_units\n  - name: services\n    tasks:\n      - task: model_services\n"
+    "      - task: health_check\n",
     "t.yml",
 )
 
