@@ -137,15 +137,21 @@ def render_unit(ctx: HostContext, model: ModelDeployment, replica: Replica) -> s
     )
 
 
+def api_key_secret(engine_args: Mapping[str, Any]) -> str | None:
+    """The secret an engine's `api_key: {secret: NAME}` names (its value reaches VLLM_API_KEY), or None."""
+    value = engine_args.get("api_key")
+    return str(value["secret"]) if isinstance(value, Mapping) and "secret" in value else None
+
+
 def render_env(ctx: HostContext, model: ModelDeployment) -> str:
     environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     # hub models are staged before the start (model_staging): the engine reads them offline from there
     environment.update({"HF_HUB_CACHE": f"{LIB_DIR}/models/hub", "HF_HUB_OFFLINE": "1"})
     environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
     environment.update({name.upper(): value for name, value in ctx.secrets.items()})
-    api_key = ctx.plan(model).engine_args.get("api_key")
-    if isinstance(api_key, Mapping) and str(api_key.get("secret")) in ctx.secrets:
-        environment["VLLM_API_KEY"] = ctx.secrets[str(api_key["secret"])]
+    api_key = api_key_secret(ctx.plan(model).engine_args)
+    if api_key is not None and api_key in ctx.secrets:
+        environment["VLLM_API_KEY"] = ctx.secrets[api_key]
     return render_template("model.env.j2", {"model": model.name, "environment": environment})
 
 

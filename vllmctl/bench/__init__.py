@@ -37,10 +37,11 @@ def benchmark_endpoint(
     tokenizer: Any = None,
     clock: Clock = time.perf_counter,
     on_level: Callable[[LevelSummary], None] | None = None,
+    api_key: str | None = None,
 ) -> EndpointReport:
     """Run every level of `spec` against one OpenAI-compatible endpoint and return the summaries."""
     prompts = prompt_maker(input_tokens, tokenizer)
-    return asyncio.run(run_benchmark(base_url, model_id, prompts, spec, clock, on_level))
+    return asyncio.run(run_benchmark(base_url, model_id, prompts, spec, clock, on_level, api_key))
 
 
 def check_report(report: EndpointReport, slo: dict[str, float]) -> list[Violation]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.desired import env_path, unit_name
@@ -62,6 +62,7 @@ class GroupGateOptions:
     health_timeout_s: float = FLOOR_S
     health: HealthCheck = wait_for_health
     bench: SmokeBench = smoke_bench
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)  # model -> its engine's API key
 
 
 @dataclass(frozen=True)
@@ -236,11 +237,12 @@ def check_engine(
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
     for model, url in release_endpoints(manifest, nodes.transports[head].host.address):
-        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch)
+        key = opts.api_keys.get(model)
+        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
         if not health.ok:
             errors = journal_errors(nodes.shell(head, engine_journal_command(engine_unit, since)))
-        report = opts.bench(url, model) if bench and health.ok else None
+        report = opts.bench(url, model, api_key=key) if bench and health.ok else None
         slo = manifest.models.get(model, {}).get("slo", {})
         checks.append(EndpointCheck(model, health, report, slo, tail))
     verdict = decide(checks, require_bench=bench)
