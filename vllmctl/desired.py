@@ -74,7 +74,7 @@ class HostContext:
 
 
 def venv_path(engine: EngineSpec) -> str:
-    return f"{VENVS_DIR}/{engine.name}-{engine.version}"
+    return f"{VENVS_DIR}/{quoting.venv_dir_name(f'{engine.name}-{engine.version}')}"
 
 
 def unit_name(model: str, replica: int) -> str:

@@ -4,6 +4,7 @@ under a root. A value that cannot be written safely for its target raises Quotin
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 import shlex
@@ -127,11 +128,17 @@ def env_file_line(name: object, value: object) -> str:
 
 
 def url_host(address: str) -> str:
-    """The host part of a URL: IPv6 literals in brackets; anything that is not a plain host is refused."""
-    bare = address.strip("[]")
-    if not bare or re.search(r"[\s/?#@\\\[\]%]", bare) or _CONTROL.search(bare):
-        raise QuotingError(f"{address[:60]!r} cannot be the host of a URL")
-    return f"[{bare}]" if ":" in bare else bare
+    """The host part of a URL: a DNS name or IPv4 address as is, an IPv6 address in brackets; anything else
+    (a `/`, `@`, `?`, `#`, space or `:` that is not IPv6) would change what the URL points at: refused."""
+    bare = address.removeprefix("[").removesuffix("]")
+    if ":" in bare and "%" not in bare:  # a zone (`fe80::1%eth0`) has no plain spelling in a URL
+        try:
+            return f"[{ipaddress.IPv6Address(bare)}]"
+        except ValueError:
+            pass
+    elif ":" not in bare and re.fullmatch(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?", bare):
+        return bare
+    raise QuotingError(f"{address[:60]!r} cannot be the host of a URL")
 
 
 def http_url(address: str, port: int, path: str = "") -> str:
@@ -187,6 +194,23 @@ def host_path(path: object) -> str:
         raise QuotingError(f"{text[:60]!r} is not an absolute, normalized path")
     if _CONTROL.search(text):
         raise QuotingError(f"{text[:60]!r} holds a control character")
+    return text
+
+
+def path_component(value: object) -> str:
+    """One file or directory name: no `/`, not `.` or `..`, no control character."""
+    text = str(value)
+    if not text or text in (".", "..") or "/" in text or _CONTROL.search(text):
+        raise QuotingError(f"{text[:60]!r} is not a single file name")
+    return text
+
+
+def venv_dir_name(value: object) -> str:
+    """An engine venv's directory name (`vllm-0.11.0`): one path component, and a literal in the `sed`
+    expression that fixes its scripts' #! lines, so only the characters engine versions use."""
+    text = str(value)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,127}", text):
+        raise QuotingError(f"{text[:60]!r} cannot name a venv directory (letters, digits, '._+!-')")
     return text
 
 

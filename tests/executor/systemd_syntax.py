@@ -35,7 +35,7 @@ def _cunescape_one(text: str, i: int) -> tuple[str, int]:
     raise Unsafe(f"invalid escape \\{ch}")
 
 
-def extract_words(text: str) -> list[str]:
+def extract_words(text: str, separators: bool = False) -> list[str]:
     """extract_first_word(EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE) to the end: quotes may start anywhere in a word,
     backslash escapes apply inside and outside quotes, whitespace outside quotes separates words."""
     words: list[str] = []
@@ -45,6 +45,8 @@ def extract_words(text: str) -> list[str]:
             i += 1
         if i >= n:
             return words
+        if separators and text[i] == ";" and (i + 1 == n or text[i + 1] in WHITESPACE):
+            raise Unsafe("command separator ;")  # systemd checks the raw text where each word starts
         word, quote = "", ""
         while i < n:
             ch = text[i]
@@ -88,9 +90,7 @@ def resolve_specifiers(text: str) -> str:
 
 def exec_argv(value: str) -> list[str]:
     """An ExecStart= value as the argv systemd executes; any `$` expansion or command separator is Unsafe."""
-    if re.search(r"(^|\s);(\s|$)", value) or re.search(r"(^|\s)\\;(\s|$)", value):
-        raise Unsafe("command separator ;")
-    words = extract_words(resolve_specifiers(value))
+    words = extract_words(resolve_specifiers(value), separators=True)
     if words and words[0][:1] in "-@:+!":
         raise Unsafe(f"ExecStart prefix {words[0][:1]}")
     argv = []

@@ -23,7 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.driver import running_driver
-from vllmctl.quoting import has_credentials, shell_join, shell_word, url_with_credentials
+from vllmctl.quoting import has_credentials, shell_join, shell_word, url_with_credentials, venv_dir_name
 
 VENVS_DIR = "/opt/vllmctl/venvs"
 MARKER = "vllmctl-venv.json"
@@ -49,7 +49,7 @@ CUDA_MIN_DRIVER: dict[str, int] = {
 
 
 def venv_name(engine: str, version: str) -> str:
-    return f"{engine}-{version}"
+    return venv_dir_name(f"{engine}-{version}")
 
 
 def venv_path(engine: str, version: str) -> str:
@@ -161,9 +161,10 @@ def build_script(args: Args, uv: bool) -> str:
     remove = [str(name) for name in args.get("remove") or ()]
     if remove:
         # only those actually installed: uninstalling an absent package is an error for uv
+        probe = q("import importlib.metadata as m, sys; m.version(sys.argv[1])")
         lines.append(
-            f"for p in {' '.join(q(n) for n in remove)}; do {q(partial)}/bin/python -c "
-            f'"import importlib.metadata as m; m.version(\'$p\')" 2>/dev/null && {removals} "$p"; done; true'
+            f'for p in {shell_join(remove)}; do {q(partial)}/bin/python -c {probe} "$p" 2>/dev/null '
+            f'&& {removals} "$p"; done; true'
         )
     # scripts carry the build path in their #! line; point them at the final path (symlinks left alone)
     lines.append(

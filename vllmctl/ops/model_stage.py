@@ -23,7 +23,14 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
-from vllmctl.quoting import QuotingError, confined_path, host_path, shell_join, shell_word
+from vllmctl.quoting import (
+    QuotingError,
+    confined_path,
+    host_path,
+    path_component,
+    shell_join,
+    shell_word,
+)
 
 HUB_CACHE = "/var/lib/vllmctl/models/hub"
 HELPER = "/var/lib/vllmctl/bin/hub-download.py"
@@ -62,7 +69,7 @@ class PushFile:
 
 
 def staged_marker(model: str) -> str:
-    return f"{HUB_CACHE}/.vllmctl-staged/{model}"
+    return confined_path(f"{HUB_CACHE}/.vllmctl-staged", path_component(model))
 
 
 def _hub_facts(args: Args) -> FactRequests:
@@ -186,9 +193,9 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
     ]
     known, ignored = _confined_names(dest, recorded)
     gone = sorted(set(known) - {f["name"] for f in files})
+    manifest = posixpath.join(dest, MANIFEST_NAME)
     warnings = tuple(
-        f"{dest}/{MANIFEST_NAME} on the host names {name!r}: not a relative path inside {dest}; "
-        "ignored, never deleted"
+        f"{manifest} on the host names {name!r}: not a relative path inside {dest}; ignored, never deleted"
         for name in sorted(ignored)
     )
     if not stale and not gone and not ignored and host["exists"]:

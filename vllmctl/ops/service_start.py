@@ -16,6 +16,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.quoting import confined_path, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
@@ -84,7 +85,7 @@ sys.exit(1)
 
 
 def healthy_path(unit: str) -> str:
-    return f"{STATE_DIR}/{unit}.healthy"
+    return confined_path(STATE_DIR, path_component(f"{unit}.healthy"))
 
 
 def _facts(args: Args) -> FactRequests:

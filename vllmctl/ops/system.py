@@ -4,13 +4,14 @@ and a Python venv."""
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
+from vllmctl.quoting import confined_path, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 NOLOGIN = "/usr/sbin/nologin"
 
 
 def applied_path(unit: str) -> str:
-    return f"{STATE_DIR}/{unit}.applied"
+    return confined_path(STATE_DIR, path_component(f"{unit}.applied"))
 
 
 def _user_facts(args: Args) -> FactRequests:
