@@ -143,12 +143,29 @@ def api_key_secret(engine_args: Mapping[str, Any]) -> str | None:
     return str(value["secret"]) if isinstance(value, Mapping) and "secret" in value else None
 
 
+def index_credentials(engine: EngineSpec) -> str | None:
+    """The secret holding a package index's USER:PASSWORD (`engine.index_credentials`, added by the
+    validate-time half of #17; absent on an EngineSpec without it)."""
+    name = getattr(engine, "index_credentials", None)
+    return str(name) if name else None
+
+
+def env_secrets(ctx: HostContext, model: ModelDeployment) -> dict[str, str]:
+    """The secrets that reach `model`'s env file: those the inventory gives it (`Inventory.secrets_for`
+    where it exists), never a package index's credentials (pip gets them through stdin, the engine never)."""
+    for_model = getattr(ctx.inventory, "secrets_for", None)
+    wanted = set(for_model(model.name)) if for_model is not None else set(ctx.secrets)
+    engines = [ctx.host.engine, *(m.engine for m in ctx.inventory.models.values() if m.engine)]
+    wanted -= {index_credentials(engine) for engine in engines}
+    return {name: value for name, value in ctx.secrets.items() if name in wanted}
+
+
 def render_env(ctx: HostContext, model: ModelDeployment) -> str:
     environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     # hub models are staged before the start (model_staging): the engine reads them offline from there
     environment.update({"HF_HUB_CACHE": f"{LIB_DIR}/models/hub", "HF_HUB_OFFLINE": "1"})
     environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
-    environment.update({name.upper(): value for name, value in ctx.secrets.items()})
+    environment.update({name.upper(): value for name, value in env_secrets(ctx, model).items()})
     api_key = api_key_secret(ctx.plan(model).engine_args)
     if api_key is not None and api_key in ctx.secrets:
         environment["VLLM_API_KEY"] = ctx.secrets[api_key]

@@ -62,6 +62,8 @@ def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
             "package": engine.distribution,
             "extras": "[all]" if engine.name == "sglang" and engine.package is None else "",
             "index_url": engine.index_url,
+            # USER:PASSWORD read on the controller; the op hands it to pip through stdin, never argv
+            "index_credentials": ctx.secrets.get(desired.index_credentials(engine) or ""),
             "driver_branch": pinned_branch(ctx),
             "remove": list(CPU_VARIANT_REMOVALS) if engine.distribution.endswith("-cpu") else [],
         }

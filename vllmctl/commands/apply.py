@@ -143,7 +143,10 @@ def deploy_groups(
         for model, plan in plans.items()
         if plan.head in contexts
     }
-    opts = GroupApplyOptions(check=args.check, gate=gate, diff=args.diff, engine_env=engine_env)
+    secrets = next(iter(contexts.values())).secrets if contexts else {}
+    opts = GroupApplyOptions(
+        check=args.check, gate=gate, diff=args.diff, engine_env=engine_env, secrets=secrets
+    )
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vllmctl.console import Ui
+from vllmctl.desired import index_credentials
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
@@ -32,7 +33,7 @@ from vllmctl.runner.cluster_release import (
     roll_back_group,
     rollback_plan,
 )
-from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner
+from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,7 +85,9 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     opts = _gate_options(args, inv)
     locked = lock_group(inv, plan.hosts, opts)  # before Ray goes into the venvs
     try:
-        prepare_nodes(inv, plan, engine, engine.index_url, ui.info)
+        secret = index_credentials(engine)
+        credentials = resolve_secrets(inv, os.environ, {secret}).get(secret) if secret else None
+        prepare_nodes(inv, plan, engine, engine.index_url, ui.info, credentials)
         report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
         if _preflight(args, ui, report) != EXIT_OK:
             return EXIT_FAILURE

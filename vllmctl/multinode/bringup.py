@@ -36,12 +36,14 @@ def node_setup_script() -> str:
     )
 
 
-def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str | None) -> str:
+def ray_install_script(
+    engine: EngineSpec, cluster: ClusterSpec, index_url: str | None, credentials: str | None = None
+) -> str:
     """Ray into the engine venv (created if absent), only when the venv lacks that exact version."""
     venv = venv_path(engine)
     python = shlex.quote(f"{venv}/bin/python")
     wanted = f"ray=={cluster.ray.version}"
-    index = index_source(index_url, None, uv=False)  # credentials come through stdin (ray_install_stdin)
+    index = index_source(index_url, credentials, uv=False)  # credentials come through ray_install_stdin
     check = f"import importlib.metadata as m; assert m.version('ray') == {cluster.ray.version!r}"
     install = [
         f"{venv}/bin/python",
@@ -63,8 +65,8 @@ def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str 
     )
 
 
-def ray_install_stdin(index_url: str | None) -> bytes:
-    return index_source(index_url, None, uv=False).stdin
+def ray_install_stdin(index_url: str | None, credentials: str | None = None) -> bytes:
+    return index_source(index_url, credentials, uv=False).stdin
 
 
 def unit_path(name: str) -> str:

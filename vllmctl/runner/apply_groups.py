@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
-from vllmctl.desired import env_path
+from vllmctl.desired import env_path, index_credentials
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, serving_unchanged
@@ -121,6 +121,8 @@ class GroupApplyOptions:
     # model -> sha256 of the env file the per-host tasks write on its head: what --check compares with the
     # engine's last start (a real run reads the file they wrote)
     engine_env: Mapping[str, str] = field(default_factory=dict)
+    # secret name -> value: a package index's credentials for Ray's install (never argv)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 def apply_groups(
@@ -181,7 +183,8 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         return GroupRun(plan.model, group, nodes, "would_change", release, tuple(changes), diffs=diffs)
     locked = lock_group(inv, nodes, opts.gate)  # before Ray goes into the venvs
     try:
-        prepare_nodes(inv, plan, engine, engine.index_url, log)
+        credentials = opts.secrets.get(index_credentials(engine) or "")
+        prepare_nodes(inv, plan, engine, engine.index_url, log, credentials)
         report = run_preflight(inv, model, plan.cluster, engine, timeout_s=opts.timeout_s)
         if not report.ok:
             problems = (*(p.render() for p in report.problems), "nothing was started")

@@ -134,7 +134,12 @@ def _must(
 
 
 def prepare_nodes(
-    inv: Inventory, plan: ClusterPlan, engine: EngineSpec, index_url: str | None, log: Log
+    inv: Inventory,
+    plan: ClusterPlan,
+    engine: EngineSpec,
+    index_url: str | None,
+    log: Log,
+    credentials: str | None = None,
 ) -> None:
     """Provisioning only (nothing starts): the service user, Ray's directory, Ray in the engine venv."""
     cluster = plan.cluster
@@ -143,8 +148,9 @@ def prepare_nodes(
         transport = SshTransport(inv.hosts[host])
         try:
             _must(transport, bringup.node_setup_script(), "service user and Ray directory", 60)
-            script = bringup.ray_install_script(engine, cluster, index_url)
-            _must(transport, script, "installing ray", 900, bringup.ray_install_stdin(index_url))
+            script = bringup.ray_install_script(engine, cluster, index_url, credentials)
+            stdin = bringup.ray_install_stdin(index_url, credentials)
+            _must(transport, script, "installing ray", 900, stdin)
         finally:
             transport.close()
 
