@@ -5,13 +5,13 @@ venv, units), the order (head, then workers, then vLLM on the head), and reading
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from vllmctl.desired import HOME_DIR, SERVICE_USER, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
 from vllmctl.multinode.units import RAY_DIR
 from vllmctl.ops.engine import index_source
+from vllmctl.quoting import shell_join, shell_word
 
 SYSTEMD_DIR = "/etc/systemd/system"
 
@@ -24,14 +24,14 @@ class RayStatus:
 
 def node_setup_script() -> str:
     """The unprivileged service user and Ray's own directory (sessions, sockets, logs) owned by it."""
-    user = shlex.quote(SERVICE_USER)
-    home = shlex.quote(HOME_DIR)
+    user = shell_word(SERVICE_USER)
+    home = shell_word(HOME_DIR)
     return "\n".join(
         [
             "set -e",
             f"id -u {user} >/dev/null 2>&1 || "
             f"useradd --system --home-dir {home} --shell /usr/sbin/nologin {user}",
-            f"install -d -m 0750 -o {user} -g {user} {home} {shlex.quote(RAY_DIR)}",
+            f"install -d -m 0750 -o {user} -g {user} {home} {shell_word(RAY_DIR)}",
         ]
     )
 
@@ -41,7 +41,7 @@ def ray_install_script(
 ) -> str:
     """Ray into the engine venv (created if absent), only when the venv lacks that exact version."""
     venv = venv_path(engine)
-    python = shlex.quote(f"{venv}/bin/python")
+    python = shell_word(f"{venv}/bin/python")
     wanted = f"ray=={cluster.ray.version}"
     index = index_source(index_url, credentials, uv=False)  # credentials come through ray_install_stdin
     check = f"import importlib.metadata as m; assert m.version('ray') == {cluster.ray.version!r}"
@@ -59,8 +59,8 @@ def ray_install_script(
         [
             "set -e",
             *index.prelude(),
-            f"[ -x {python} ] || python3 -m venv {shlex.quote(venv)}",
-            f"{python} -c {shlex.quote(check)} 2>/dev/null || {shlex.join(install)}",
+            f"[ -x {python} ] || python3 -m venv {shell_word(venv)}",
+            f"{python} -c {shell_word(check)} 2>/dev/null || {shell_join(install)}",
         ]
     )
 
@@ -75,7 +75,7 @@ def unit_path(name: str) -> str:
 
 def start_script(unit: str) -> str:
     """Reload and (re)start: a changed unit must take effect; an unchanged running one restarts harmlessly."""
-    name = shlex.quote(unit)
+    name = shell_word(unit)
     return f"systemctl daemon-reload && systemctl enable --quiet {name} && systemctl restart {name}"
 
 

@@ -5,7 +5,6 @@ then `cluster_release.deploy_group` with the engine). With --check: what that wo
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
 from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
+from vllmctl.quoting import shell_word
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
@@ -212,7 +212,7 @@ def unit_diffs(
             if digest == sha256_text(text):
                 continue
             path = f"{UNIT_DIR}/{unit}"
-            old = nodes.shell(node, f"cat -- {shlex.quote(path)}") if digest is not None else ""
+            old = nodes.shell(node, f"cat -- {shell_word(path)}") if digest is not None else ""
             diffs.append(unified_diff(f"{node}:{path}", old, text))
     return tuple(diffs)
 

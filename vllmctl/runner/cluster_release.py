@@ -5,7 +5,6 @@ the engine healthy) and, when it fails, re-activates the group's known-good rele
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from vllmctl.multinode.group_release import (
 )
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
+from vllmctl.quoting import shell_word
 from vllmctl.release_gate import EngineExitedError, HealthCheck, SmokeBench, smoke_bench, wait_for_health
 from vllmctl.releases import release_endpoints
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
@@ -224,7 +224,7 @@ def check_engine(
     nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log, bench: bool
 ) -> Verdict:
     head = manifest.head
-    show = f"systemctl show -p {ENGINE_SHOW} -- {shlex.quote(engine_unit)}"
+    show = f"systemctl show -p {ENGINE_SHOW} -- {shell_word(engine_unit)}"
     before = engine_restarts(nodes.shell(head, show, sudo=False))
 
     def watch(_progress: Progress) -> None:
