@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 
@@ -51,6 +51,19 @@ class Progress:
     stage: Stage
     error: str
     next_wait_s: float
+
+
+class HealthCheck(Protocol):
+    """How the gate waits for health: on_progress may raise to stop (the unit died); api_key goes to /v1."""
+
+    def __call__(
+        self,
+        base_url: str,
+        model: str,
+        deadline_s: float,
+        on_progress: Callable[[Progress], None],
+        api_key: str | None = None,
+    ) -> HealthResult: ...
 
 
 @dataclass(frozen=True)

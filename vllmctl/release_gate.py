@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from vllmctl.bench import EndpointReport, benchmark_endpoint
+from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
 from vllmctl.desired import HostContext, render_unit, unit_name, venv_path
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import JOURNAL_TAIL_LINES, SMOKE_INPUT_TOKENS, SMOKE_SPEC, EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthResult, Progress, wait_healthy
+from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
 from vllmctl.kv_record import (
     KvPredictor,
     parse_startup_lines,
@@ -40,24 +40,6 @@ from vllmctl.releases import (
     serving_digest,
 )
 from vllmctl.runner.remote import Remote
-
-
-class HealthCheck(Protocol):
-    """on_progress raises EngineExitedError when the unit died; api_key goes to /v1 when the model has one."""
-
-    def __call__(
-        self,
-        base_url: str,
-        model: str,
-        deadline_s: float,
-        on_progress: Callable[[Progress], None],
-        api_key: str | None = None,
-    ) -> HealthResult: ...
-
-
-class SmokeBench(Protocol):
-    def __call__(self, base_url: str, model: str, api_key: str | None = None) -> EndpointReport: ...
-
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")

@@ -238,7 +238,8 @@ def test_a_model_served_with_an_api_key_passes_its_own_gate(
     monkeypatch.setenv("VLLMCTL_TEST_API_KEY", key)
     doc = copy.deepcopy(releases.deployment.inventory_doc)
     doc["secrets"]["api_key"] = {"env": "VLLMCTL_TEST_API_KEY"}
-    doc["models"][MODEL]["engine_args"] = {"api_key": {"secret": "api_key"}}
+    # a new flag too: the release digest covers the units, and the key alone changes only the env file
+    doc["models"][MODEL]["engine_args"] = {"api_key": {"secret": "api_key"}, "max_num_seqs": 6}
     code, result, output = releases.apply(releases.deployment.write_inventory("apikey.yml", doc))
     assert code == 0, output[-4000:]
     release = _release(result, releases.host.name)

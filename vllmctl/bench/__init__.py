@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from vllmctl.bench.client import Clock, EndpointReport, LoadSpec, run_benchmark
 from vllmctl.bench.endpoints import Endpoint, endpoints_for
@@ -19,6 +19,7 @@ __all__ = [
     "LevelSummary",
     "LoadSpec",
     "RequestResult",
+    "SmokeBench",
     "Violation",
     "benchmark_endpoint",
     "check_report",
@@ -27,6 +28,12 @@ __all__ = [
     "load_tokenizer",
     "summarize",
 ]
+
+
+class SmokeBench(Protocol):
+    """How the gate runs its smoke benchmark on one endpoint; api_key is sent as a bearer token."""
+
+    def __call__(self, base_url: str, model: str, api_key: str | None = None) -> EndpointReport: ...
 
 
 def benchmark_endpoint(

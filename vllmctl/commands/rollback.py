@@ -18,12 +18,12 @@ from vllmctl.commands.history import RemoteFor, survey
 from vllmctl.console import Ui
 from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.health import HealthCheck
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
 from vllmctl.release_gate import (
     GateOptions,
-    HealthCheck,
     activate,
     audit_line,
     read_releases,

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmctl.bench import SmokeBench
 from vllmctl.desired import env_path, unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthResult, Progress
+from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup
 from vllmctl.multinode.group_ops import (
@@ -44,7 +45,7 @@ from vllmctl.multinode.group_release import (
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
 from vllmctl.quoting import shell_word
-from vllmctl.release_gate import EngineExitedError, HealthCheck, SmokeBench, smoke_bench, wait_for_health
+from vllmctl.release_gate import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.releases import release_endpoints
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 
