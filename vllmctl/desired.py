@@ -82,7 +82,7 @@ def unit_name(model: str, replica: int) -> str:
 
 
 def env_path(model: str) -> str:
-    return quoting.confined_path(ETC_DIR, f"{model}.env")
+    return quoting.confined_path(ETC_DIR, quoting.path_component(f"{model}.env"))
 
 
 def exec_argv(model: ModelDeployment, engine: EngineSpec, plan: ModelPlan, replica: Replica) -> list[str]:

@@ -168,19 +168,12 @@ def has_credentials(url: str) -> bool:
     return "@" in urlsplit(url).netloc
 
 
-def redact_url(url: str) -> str:
-    """The URL with any user:password@ replaced by `***@`: what check output, JSON and logs may show."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
-
-
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 
 def redact_text(text: str) -> str:
-    """Any URL's userinfo in free text (a tool's error output) replaced by `***@`."""
+    """Any URL's user:password@ in text (a URL, a tool's error output) replaced by `***@`: what output,
+    JSON and logs may show."""
     return _URL_USERINFO.sub(r"\1***@", text)
 
 

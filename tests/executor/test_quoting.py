@@ -17,7 +17,6 @@ from vllmctl.quoting import (
     host_path,
     http_url,
     redact_text,
-    redact_url,
     shell_join,
     shell_word,
     unit_environment,
@@ -162,8 +161,8 @@ def test_urls_quote_path_segments_and_bracket_ipv6() -> None:
 
 
 def test_url_credentials_are_redacted_for_display() -> None:
-    assert redact_url("https://user:p%40ss@mirror:8443/simple") == "https://***@mirror:8443/simple"
-    assert redact_url("https://mirror/simple") == "https://mirror/simple"
+    assert redact_text("https://user:p%40ss@mirror:8443/simple") == "https://***@mirror:8443/simple"
+    assert redact_text("https://mirror/simple") == "https://mirror/simple"
     said = "ERROR: 401 from https://u:secret@m.example/simple/x and http://tok@h/p"
     assert redact_text(said) == "ERROR: 401 from https://***@m.example/simple/x and http://***@h/p"
 

@@ -317,12 +317,18 @@ def test_the_journal_command_keeps_each_unit_one_word(units: list[str]) -> None:
 @FUZZ
 @given(name=hostile)
 def test_host_paths_never_leave_their_root(name: str) -> None:
-    for build in (desired.env_path, lambda n: desired.unit_name(n, 0)):
+    for build, intended in (
+        (desired.env_path, f"/etc/vllmctl/{name}.env"),
+        (
+            lambda n: f"/etc/systemd/system/{desired.unit_name(n, 0)}",
+            f"/etc/systemd/system/vllmctl-{name}-0.service",
+        ),
+    ):
         try:
             path = build(name)
         except QuotingError:
             continue
-        assert "/" not in path.rsplit("/", 1)[-1] and ".." not in path.split("/")
+        assert path == intended and "/" not in name and posixpath.normpath(path) == path
     try:
         joined = confined_path("/srv/m", name)
     except QuotingError:
