@@ -207,6 +207,13 @@ def venv_dir_name(value: object) -> str:
     return text
 
 
+def shell_resolves_under(path: str, root: str) -> str:
+    """A shell test, true when `path`'s directory resolves on the host (symlinks followed) inside `root`:
+    text confined by `confined_path` can still be redirected by a link someone planted in `root`."""
+    where = f'"$(realpath -m -- "$(dirname -- {shell_word(path)})")/"'
+    return f'case {where} in "$(realpath -m -- {shell_word(root)})"/*) true ;; *) false ;; esac'
+
+
 def confined_path(root: str, name: object) -> str:
     """`root/name` for a relative, normalized `name` that stays under `root` (no `..`, not `root` itself)."""
     base = host_path(root)

@@ -16,7 +16,7 @@ import paramiko
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import Host
-from vllmctl.quoting import host_path, shell_join, shell_word
+from vllmctl.quoting import host_path, shell_join, shell_resolves_under, shell_word
 
 TAIL_CHARS = 2000
 
@@ -253,9 +253,11 @@ class SshTransport:
         owner: str = "root",
         group: str = "root",
         timeout: float | None = None,
+        root: str = "",
     ) -> Result:
         """Stream a local file over SFTP into a private incoming folder, check its sha256 on the host, then
-        move it next to `path` and rename it into place (so a half-sent file is never seen there)."""
+        move it next to `path` and rename it into place (so a half-sent file is never seen there); with
+        `root`, only where `path`'s directory resolves on the host inside it."""
         host_path(path)
         user = self.host.ssh.user
         incoming = f"/var/tmp/vllmctl-incoming-{user}"
@@ -285,8 +287,10 @@ class SshTransport:
                 "apply again: it converges from where it left off",
             ) from exc
         q = shell_word
+        refusal = q(f"not writing {path}: it resolves outside {root}")
+        confine = f"{shell_resolves_under(path, root)} || {{ echo {refusal} >&2; exit 1; }}; " if root else ""
         script = (
-            f"set -e; trap 'rm -f {q(sent)}' EXIT; "
+            f"set -e; trap 'rm -f {q(sent)}' EXIT; {confine}"
             f"echo {q(sha256 + '  ' + sent)} | sha256sum --check --quiet --status - "
             f"|| {{ echo {q('sha256 mismatch after sending ' + source)} >&2; exit 1; }}; "
             f'tmp=$(mktemp {q(os.path.dirname(path) or ".")}/.vllmctl-push.XXXXXX); mv -f {q(sent)} "$tmp"; '

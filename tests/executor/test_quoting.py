@@ -18,6 +18,7 @@ from vllmctl.quoting import (
     http_url,
     redact_text,
     shell_join,
+    shell_resolves_under,
     shell_word,
     unit_environment,
     unit_exec,
@@ -208,3 +209,16 @@ def test_the_reference_reader_catches_what_naive_quoting_lets_through() -> None:
     assert exec_argv('/v/python "a b"') == ["/v/python", "a b"]
     assert env_file('K="a\\nb"\n') == [("K", "a\\nb")]  # no \n escape in env files: a newline is refused
     assert environment_assignments('"A=$$x"') == {"A": "$$x"}  # doubling `$` there corrupts the value
+
+
+def test_the_host_side_confinement_test_follows_links_planted_in_the_root(tmp_path: Path) -> None:
+    root, outside = tmp_path / "m", tmp_path / "etc"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+
+    def inside(path: Path) -> bool:
+        return subprocess.run(["bash", "-c", shell_resolves_under(str(path), str(root))]).returncode == 0
+
+    assert inside(root / "a.bin") and inside(root / "sub" / "w.bin") and inside(root / "new" / "x")
+    assert not inside(root / "link" / "shadow") and not inside(tmp_path / "x")

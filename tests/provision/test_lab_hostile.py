@@ -233,3 +233,15 @@ def test_a_model_folder_linking_out_is_refused_before_any_host_is_touched(
     assert code == 2, output[-3000:]
     assert "tokenizer.json is a symlink to" in output and "outside the model directory" in output
     assert lab_fleet.ssh(spare, f"test -e {shlex.quote(str(staging['model']))}").returncode == 1
+
+
+def test_a_link_planted_in_the_destination_cannot_redirect_a_push(
+    lab_fleet: LabFleet, spare: LabHostInfo, staging: dict[str, Any]
+) -> None:
+    dest = shlex.quote(str(staging["model"]))
+    (staging["model"] / "conf.d").mkdir()
+    (staging["model"] / "conf.d" / "vllmctl-pwn.conf").write_text("planted")
+    _sh(lab_fleet, spare, f"sudo install -d -m 0755 {dest} && sudo ln -sfn /etc {dest}/conf.d")
+    code, doc, output = _vllmctl(staging["state"], *_apply_argv(staging, spare))
+    assert code == 1 and "resolves outside" in output, output[-3000:]
+    assert lab_fleet.ssh(spare, "test -e /etc/vllmctl-pwn.conf").returncode == 1

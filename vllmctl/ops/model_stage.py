@@ -63,6 +63,7 @@ class PushFile:
     mode: str = "0644"
     owner: str = "root"
     group: str = "root"
+    root: str = ""  # the file is written only where its directory resolves inside this one
 
     def render(self) -> str:
         return f"push {self.source} -> {self.path} ({self.size} bytes, sha256 {self.sha256[:12]})"
@@ -135,7 +136,7 @@ def delete_under(dest: str, names: Sequence[str]) -> Command:
         shell=f"d=$(realpath -e -- {shell_word(dest)}) || exit 0; for n in {shell_join(names)}; do "
         'p=$(realpath -m -- "$(dirname -- "$d/$n")"); case "$p/" in "$d"/*) rm -f -- "$p/${n##*/}" ;; '
         '*) echo "not deleted: $n resolves outside $d" >&2 ;; esac; done'
-    )
+    )  # the same test as quoting.shell_resolves_under, on each name of the loop
 
 
 def _confined_names(dest: str, names: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -206,7 +207,9 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
     actions: list[Any] = [make_dirs(*dirs)]
     actions += [delete_under(dest, gone)] if gone else []
     actions += [
-        PushFile(f["source"], posixpath.join(dest, f["name"]), f["size"], f["sha256"], "0644", owner, group)
+        PushFile(
+            f["source"], posixpath.join(dest, f["name"]), f["size"], f["sha256"], "0644", owner, group, dest
+        )
         for f in sorted(stale, key=lambda f: f["name"])
     ]
     actions.append(Upload(posixpath.join(dest, MANIFEST_NAME), manifest_text(files)))

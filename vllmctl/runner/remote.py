@@ -111,7 +111,14 @@ class SshRemote:
     def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:
         if isinstance(action, PushFile):
             return self.transport.put_file(
-                action.source, action.path, action.sha256, action.mode, action.owner, action.group, timeout
+                action.source,
+                action.path,
+                action.sha256,
+                action.mode,
+                action.owner,
+                action.group,
+                timeout,
+                root=action.root,
             )
         if isinstance(action, WaitForReboot):
             return self._wait_for_reboot(action.boot_id, min(timeout, action.timeout_s))
