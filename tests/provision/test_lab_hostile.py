@@ -242,6 +242,6 @@ def test_a_link_planted_in_the_destination_cannot_redirect_a_push(
     (staging["model"] / "conf.d").mkdir()
     (staging["model"] / "conf.d" / "vllmctl-pwn.conf").write_text("planted")
     _sh(lab_fleet, spare, f"sudo install -d -m 0755 {dest} && sudo ln -sfn /etc {dest}/conf.d")
-    code, doc, output = _vllmctl(staging["state"], *_apply_argv(staging, spare))
+    code, _, output = _vllmctl(staging["state"], *_apply_argv(staging, spare))
     assert code == 1 and "resolves outside" in output, output[-3000:]
     assert lab_fleet.ssh(spare, "test -e /etc/vllmctl-pwn.conf").returncode == 1
