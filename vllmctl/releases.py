@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.quoting import shell_word
+from vllmctl.quoting import http_url, shell_word
 
 RELEASES_DIR = "/var/lib/vllmctl/releases"
 VENVS_DIR = "/opt/vllmctl/venvs"
@@ -289,9 +289,8 @@ def _with_venv(state: HostReleases, host: str, release: Release) -> Release:
 
 def release_endpoints(manifest: Manifest, address: str) -> list[tuple[str, str]]:
     """(model, base URL) for every replica port the release serves on this host."""
-    host = f"[{address}]" if ":" in address else address
     return [
-        (name, f"http://{host}:{port}")
+        (name, http_url(address, port))
         for name, served in sorted(manifest.models.items())
         for port in served.get("ports", [])
     ]

@@ -16,7 +16,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
-from vllmctl.quoting import confined_path, path_component
+from vllmctl.quoting import confined_path, http_url, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
@@ -100,7 +100,7 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
     if record.get("sha256") == sha256_text(applied):
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
-    base = f"http://127.0.0.1:{int(args['port'])}"
+    base = http_url("127.0.0.1", int(args["port"]))
     deadline = f"{float(args['deadline_s']):g}"
     model, env_file = str(args["model"]), str(args["env_file"])
     poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
