@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmctl import quoting
 from vllmctl.engine_flags import KNOWN_FLAGS, to_cli
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Host, Inventory, ModelDeployment
@@ -73,15 +74,15 @@ class HostContext:
 
 
 def venv_path(engine: EngineSpec) -> str:
-    return f"{VENVS_DIR}/{engine.name}-{engine.version}"
+    return f"{VENVS_DIR}/{quoting.venv_dir_name(f'{engine.name}-{engine.version}')}"
 
 
 def unit_name(model: str, replica: int) -> str:
-    return f"vllmctl-{model}-{replica}.service"
+    return quoting.unit_file_name(f"vllmctl-{model}-{replica}.service")
 
 
 def env_path(model: str) -> str:
-    return f"{ETC_DIR}/{model}.env"
+    return quoting.confined_path(ETC_DIR, quoting.path_component(f"{model}.env"))
 
 
 def exec_argv(model: ModelDeployment, engine: EngineSpec, plan: ModelPlan, replica: Replica) -> list[str]:
@@ -136,15 +137,38 @@ def render_unit(ctx: HostContext, model: ModelDeployment, replica: Replica) -> s
     )
 
 
+def api_key_secret(engine_args: Mapping[str, Any]) -> str | None:
+    """The secret an engine's `api_key: {secret: NAME}` names (its value reaches VLLM_API_KEY), or None."""
+    value = engine_args.get("api_key")
+    return str(value["secret"]) if isinstance(value, Mapping) and "secret" in value else None
+
+
+def index_credentials(engine: EngineSpec) -> str | None:
+    """The secret holding a package index's USER:PASSWORD (`engine.index_credentials`, added by the
+    validate-time half of #17; absent on an EngineSpec without it)."""
+    name = getattr(engine, "index_credentials", None)
+    return str(name) if name else None
+
+
+def env_secrets(ctx: HostContext, model: ModelDeployment) -> dict[str, str]:
+    """The secrets that reach `model`'s env file: those the inventory gives it (`Inventory.secrets_for`
+    where it exists), never a package index's credentials (pip gets them through stdin, the engine never)."""
+    for_model = getattr(ctx.inventory, "secrets_for", None)
+    wanted = set(for_model(model.name)) if for_model is not None else set(ctx.secrets)
+    engines = [ctx.host.engine, *(m.engine for m in ctx.inventory.models.values() if m.engine)]
+    wanted -= {index_credentials(engine) for engine in engines}
+    return {name: value for name, value in ctx.secrets.items() if name in wanted}
+
+
 def render_env(ctx: HostContext, model: ModelDeployment) -> str:
     environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     # hub models are staged before the start (model_staging): the engine reads them offline from there
     environment.update({"HF_HUB_CACHE": f"{LIB_DIR}/models/hub", "HF_HUB_OFFLINE": "1"})
     environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
-    environment.update({name.upper(): value for name, value in ctx.secrets.items()})
-    api_key = ctx.plan(model).engine_args.get("api_key")
-    if isinstance(api_key, Mapping) and str(api_key.get("secret")) in ctx.secrets:
-        environment["VLLM_API_KEY"] = ctx.secrets[str(api_key["secret"])]
+    environment.update({name.upper(): value for name, value in env_secrets(ctx, model).items()})
+    api_key = api_key_secret(ctx.plan(model).engine_args)
+    if api_key is not None and api_key in ctx.secrets:
+        environment["VLLM_API_KEY"] = ctx.secrets[api_key]
     return render_template("model.env.j2", {"model": model.name, "environment": environment})
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 
@@ -53,6 +53,19 @@ class Progress:
     next_wait_s: float
 
 
+class HealthCheck(Protocol):
+    """How the gate waits for health: on_progress may raise to stop (the unit died); api_key goes to /v1."""
+
+    def __call__(
+        self,
+        base_url: str,
+        model: str,
+        deadline_s: float,
+        on_progress: Callable[[Progress], None],
+        api_key: str | None = None,
+    ) -> HealthResult: ...
+
+
 @dataclass(frozen=True)
 class HealthResult:
     ok: bool
@@ -62,14 +75,21 @@ class HealthResult:
     last_error: str = ""
 
 
-def probe(client: httpx.Client, base_url: str, model_id: str, timeout_s: float) -> tuple[Stage, str]:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """What an engine started with `--api-key` (VLLM_API_KEY) wants on every /v1 request."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def probe(
+    client: httpx.Client, base_url: str, model_id: str, timeout_s: float, api_key: str | None = None
+) -> tuple[Stage, str]:
     """One attempt: ('ready', '') or the stage that failed and why."""
     base = base_url.rstrip("/")
     try:
         health = client.get(f"{base}/health", timeout=timeout_s)
         if health.status_code != 200:
             return "health", f"GET /health answered {health.status_code}"
-        models = client.get(f"{base}/v1/models", timeout=timeout_s)
+        models = client.get(f"{base}/v1/models", timeout=timeout_s, headers=auth_headers(api_key))
         if models.status_code != 200:
             return "models", f"GET /v1/models answered {models.status_code}"
         listed = [str(entry.get("id")) for entry in models.json().get("data", [])]
@@ -91,6 +111,7 @@ def wait_healthy(
     on_progress: Callable[[Progress], None] | None = None,
     client: httpx.Client | None = None,
     waits: Iterator[float] | None = None,
+    api_key: str | None = None,
 ) -> HealthResult:
     """Poll until the endpoint serves `model_id` or `deadline_s` has passed; never sleeps past it."""
     own_client = client is None
@@ -102,7 +123,8 @@ def wait_healthy(
         while True:
             attempts += 1
             remaining = deadline_s - (clock() - start)
-            stage, error = probe(http, base_url, model_id, max(0.1, min(PROBE_TIMEOUT_S, remaining)))
+            timeout = max(0.1, min(PROBE_TIMEOUT_S, remaining))
+            stage, error = probe(http, base_url, model_id, timeout, api_key)
             elapsed = clock() - start
             if stage == "ready":
                 return HealthResult(True, elapsed, attempts, stage)

@@ -6,7 +6,6 @@ Pure except `KvPredictor`, which loads model configs (local files or the shipped
 
 from __future__ import annotations
 
-import shlex
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,6 +18,7 @@ from vllmctl.metrics import MeasuredKv, parse_startup_log
 from vllmctl.ops import Command, Step, Upload
 from vllmctl.planner.cpu_kv import predict_cpu_kv
 from vllmctl.planner.inventory_plan import InventoryPlan, plan_inventory
+from vllmctl.quoting import shell_word
 from vllmctl.releases import MANIFEST, Manifest, release_dir
 from vllmctl.runner.fleet import load_model_archs
 
@@ -108,8 +108,8 @@ def with_predictions(manifest: Manifest, predictions: Mapping[str, Mapping[str, 
 
 def startup_lines_command(units: list[str]) -> Command:
     """Per unit, the KV lines its current run logged: journal entries of its systemd invocation only."""
-    grep = " ".join(f"-e {shlex.quote(marker)}" for marker in STARTUP_LINE_MARKERS)
-    loop = " ".join(shlex.quote(u) for u in sorted(units))
+    grep = " ".join(f"-e {shell_word(marker)}" for marker in STARTUP_LINE_MARKERS)
+    loop = " ".join(shell_word(u) for u in sorted(units))
     return Command(
         shell=f"for u in {loop}; do printf '{UNIT_MARK} %s\\n' \"$u\"; "
         'id=$(systemctl show -p InvocationID --value -- "$u" 2>/dev/null); '

@@ -11,6 +11,7 @@ from vllmctl.desired import HostContext, OpCall, Params, env_path, unit_name, ve
 from vllmctl.health import startup_deadline_s
 from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
+from vllmctl.quoting import venv_dir_name
 
 WHEELHOUSE_DIR = "/var/lib/vllmctl/wheelhouse"
 
@@ -44,7 +45,7 @@ def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
 
 
 def wheelhouse_dest(engine: EngineSpec) -> str:
-    return f"{WHEELHOUSE_DIR}/{engine.name}-{engine.version}"
+    return f"{WHEELHOUSE_DIR}/{venv_dir_name(f'{engine.name}-{engine.version}')}"
 
 
 def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
@@ -61,6 +62,8 @@ def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
             "package": engine.distribution,
             "extras": "[all]" if engine.name == "sglang" and engine.package is None else "",
             "index_url": engine.index_url,
+            # USER:PASSWORD read on the controller; the op hands it to pip through stdin, never argv
+            "index_credentials": ctx.secrets.get(desired.index_credentials(engine) or ""),
             "driver_branch": pinned_branch(ctx),
             "remove": list(CPU_VARIANT_REMOVALS) if engine.distribution.endswith("-cpu") else [],
         }

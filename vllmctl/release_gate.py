@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench import EndpointReport, benchmark_endpoint
+from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
 from vllmctl.desired import HostContext, render_unit, unit_name, venv_path
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import JOURNAL_TAIL_LINES, SMOKE_INPUT_TOKENS, SMOKE_SPEC, EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthResult, Progress, wait_healthy
+from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
 from vllmctl.kv_record import (
     KvPredictor,
     parse_startup_lines,
@@ -41,9 +41,6 @@ from vllmctl.releases import (
 )
 from vllmctl.runner.remote import Remote
 
-# (base_url, model, deadline_s, on_progress): on_progress raises EngineExitedError when the unit died
-HealthCheck = Callable[[str, str, float, Callable[[Progress], None]], HealthResult]
-SmokeBench = Callable[[str, str], EndpointReport]  # (base_url, model)
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
 
@@ -53,11 +50,17 @@ class EngineExitedError(VllmctlError):
 
 
 def wait_for_health(
-    base_url: str, model: str, deadline_s: float, on_progress: Callable[[Progress], None]
+    base_url: str,
+    model: str,
+    deadline_s: float,
+    on_progress: Callable[[Progress], None],
+    api_key: str | None = None,
 ) -> HealthResult:
     started = time.monotonic()
     try:
-        return wait_healthy(base_url, model, deadline_s, time.monotonic, time.sleep, on_progress)
+        return wait_healthy(
+            base_url, model, deadline_s, time.monotonic, time.sleep, on_progress, api_key=api_key
+        )
     except EngineExitedError as exc:
         return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
 
@@ -83,8 +86,8 @@ def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[
     return check
 
 
-def smoke_bench(base_url: str, model: str) -> EndpointReport:
-    return benchmark_endpoint(base_url, model, SMOKE_SPEC, SMOKE_INPUT_TOKENS)
+def smoke_bench(base_url: str, model: str, api_key: str | None = None) -> EndpointReport:
+    return benchmark_endpoint(base_url, model, SMOKE_SPEC, SMOKE_INPUT_TOKENS, api_key=api_key)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ class GateOptions:
     bench: SmokeBench = smoke_bench
     clock: Callable[[], float] = time.monotonic
     predict_kv: KvPrediction = field(default_factory=KvPredictor)
+    # model -> the API key its engine requires, read on the controller (`runner.fleet.api_keys`)
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -183,11 +188,12 @@ def check_serving(
     checks = []
     for model, url in release_endpoints(manifest, ctx.host.address):
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
-        health = opts.health(url, model, opts.health_timeout_s, watch)
+        key = opts.api_keys.get(model)
+        health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = ""
         if not health.ok:
             tail = remote.execute(journal_tail_command(manifest.units), opts.command_timeout_s).stdout
-        report = opts.bench(url, model) if bench and health.ok else None
+        report = opts.bench(url, model, api_key=key) if bench and health.ok else None
         slo = manifest.models.get(model, {}).get("slo", {})
         checks.append(EndpointCheck(model, health, report, slo, tail))
     return decide(checks, require_bench=bench)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from vllmctl.errors import InputError, VllmctlError
+from vllmctl.quoting import http_url, shell_word
 
 RELEASES_DIR = "/var/lib/vllmctl/releases"
 VENVS_DIR = "/opt/vllmctl/venvs"
@@ -124,9 +124,9 @@ def listing_command(root: str = RELEASES_DIR, pointers_root: str | None = None) 
 
     `pointers_root` is where `current` and `known-good` live when not beside the releases (group releases).
     """
-    pointer = f"{shlex.quote(pointers_root)}/$p" if pointers_root else "$p"
+    pointer = f"{shell_word(pointers_root)}/$p" if pointers_root else "$p"
     return (
-        f"cd {shlex.quote(root)} 2>/dev/null || exit 0; "
+        f"cd {shell_word(root)} 2>/dev/null || exit 0; "
         f"for p in {' '.join(POINTERS)}; do "
         f'printf \'{POINTER_MARK} %s %s\\n\' "$p" "$(readlink {pointer})"; done; '
         'for d in */; do d=${d%/}; { [ -d "$d" ] && [ ! -L "$d" ]; } || continue; '
@@ -201,10 +201,10 @@ def pointer_switch(
         raise ValueError(pointer)
     home = pointers_root or root
     target = posixpath.relpath(release_dir(release, root), home)
-    root, rel = shlex.quote(home), shlex.quote(target)
-    tmp = shlex.quote(f".{pointer}.tmp")
+    root, rel = shell_word(home), shell_word(target)
+    tmp = shell_word(f".{pointer}.tmp")
     return (
-        f"cd {root} && test -f {rel}/{COMPLETE} && ln -sfn {rel} {tmp} && mv -T {tmp} {shlex.quote(pointer)}"
+        f"cd {root} && test -f {rel}/{COMPLETE} && ln -sfn {rel} {tmp} && mv -T {tmp} {shell_word(pointer)}"
     )
 
 
@@ -289,9 +289,8 @@ def _with_venv(state: HostReleases, host: str, release: Release) -> Release:
 
 def release_endpoints(manifest: Manifest, address: str) -> list[tuple[str, str]]:
     """(model, base URL) for every replica port the release serves on this host."""
-    host = f"[{address}]" if ":" in address else address
     return [
-        (name, f"http://{host}:{port}")
+        (name, http_url(address, port))
         for name, served in sorted(manifest.models.items())
         for port in served.get("ports", [])
     ]

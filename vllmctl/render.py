@@ -1,43 +1,22 @@
-"""Jinja2 rendering with StrictUndefined (text in, text out) plus the quoting filters systemd units and
-EnvironmentFiles need; templates ship in the repository's templates/ directory."""
+"""Jinja2 rendering with StrictUndefined (text in, text out); every value a template writes goes through a
+filter from `vllmctl.quoting` for its target. Templates ship in the repository's templates/ directory."""
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from vllmctl import quoting
 from vllmctl.errors import VllmctlError
-
-_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
 
 
 class RenderError(VllmctlError):
     """A template used a value the context does not have, or is malformed."""
-
-
-def systemd_quote(word: object) -> str:
-    """One ExecStart word: systemd splits on spaces and expands `%` specifiers and `$` variables itself."""
-    text = str(word).replace("%", "%%").replace("$", "$$")
-    if _SYSTEMD_SAFE.match(text):
-        return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-    return f'"{escaped}"'
-
-
-def systemd_exec(argv: Iterable[object]) -> str:
-    return " ".join(systemd_quote(word) for word in argv)
-
-
-def env_quote(value: object) -> str:
-    """A value for an EnvironmentFile line: double quotes with backslash escapes, never shell expansion."""
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{text}"'
 
 
 def engine_flags(engine_args: Mapping[str, Any]) -> list[str]:
@@ -66,6 +45,14 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "templates"
 
 
+def _one_line(value: Any) -> Any:
+    """Every `{{ }}` of a unit or env file is one line: a value that would start a new one (no filter quoted
+    it) stops the render instead of adding a setting."""
+    if isinstance(value, str) and any(ch in value for ch in "\n\r\0"):
+        raise RenderError(f"a template value would break its line: {value[:60]!r}", "quote it with a filter")
+    return value
+
+
 def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=loader,
@@ -74,8 +61,14 @@ def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        finalize=_one_line,
     )
-    env.filters.update(systemd_quote=systemd_quote, systemd_exec=systemd_exec, env_quote=env_quote)
+    env.filters.update(
+        unit_exec=quoting.unit_exec,
+        unit_env=quoting.unit_environment,
+        unit_setting=quoting.unit_setting,
+        env_line=quoting.env_file_line,
+    )
     return env
 
 

@@ -1,11 +1,10 @@
 """SSH transport, the only module that imports paramiko: strict host keys, deadlines, one connection per
-host, argv quoted with shlex.join, uploads through stdin with an atomic rename, errors with hints."""
+host, argv quoted by `quoting.shell_join`, uploads through stdin with an atomic rename, errors with hints."""
 
 from __future__ import annotations
 
 import os
 import select
-import shlex
 import socket
 import threading
 import time
@@ -17,6 +16,7 @@ import paramiko
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import Host
+from vllmctl.quoting import host_path, shell_join, shell_resolves_under, shell_word
 
 TAIL_CHARS = 2000
 
@@ -165,9 +165,9 @@ class SshTransport:
     def _wrap(self, command: str, sudo: bool, timeout: float | None) -> str:
         if timeout is not None:
             # the remote side kills the command too, so a hung process does not outlive its deadline
-            command = f"timeout -k 5 {max(1, int(timeout))} sh -c {shlex.quote(command)}"
+            command = f"timeout -k 5 {max(1, int(timeout))} sh -c {shell_word(command)}"
         if sudo and self.host.ssh.sudo and self.host.ssh.user != "root":
-            command = f"sudo -n -- sh -c {shlex.quote(command)}"
+            command = f"sudo -n -- sh -c {shell_word(command)}"
         return command
 
     def run(
@@ -177,8 +177,8 @@ class SshTransport:
         timeout: float | None = None,
         stdin: bytes | None = None,
     ) -> Result:
-        """Run a command; argv lists are quoted with shlex.join. Secrets go in `stdin`, never in `cmd`."""
-        command = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        """Run a command; argv lists are quoted word by word. Secrets go in `stdin`, never in `cmd`."""
+        command = cmd if isinstance(cmd, str) else shell_join(cmd)
         client = self.connect()
         transport = client.get_transport()
         if transport is None or not transport.is_active():
@@ -234,12 +234,12 @@ class SshTransport:
         timeout: float | None = None,
     ) -> Result:
         """Write `content` (sent through stdin) to a temp name in the same directory, then rename it."""
-        target = shlex.quote(path)
+        target = shell_word(host_path(path))
         script = (
             "set -e; umask 077; "
-            f"tmp=$(mktemp {shlex.quote(os.path.dirname(path) or '.')}/.vllmctl-upload.XXXXXX); "
+            f"tmp=$(mktemp {shell_word(os.path.dirname(path))}/.vllmctl-upload.XXXXXX); "
             'trap \'rm -f "$tmp"\' EXIT; cat > "$tmp"; '
-            f'chmod {shlex.quote(mode)} "$tmp"; chown {shlex.quote(owner + ":" + group)} "$tmp"; '
+            f'chmod {shell_word(mode)} "$tmp"; chown {shell_word(owner + ":" + group)} "$tmp"; '
             f'mv -f "$tmp" {target}; trap - EXIT'
         )
         return self.run(script, sudo=sudo, timeout=timeout, stdin=content)
@@ -253,9 +253,12 @@ class SshTransport:
         owner: str = "root",
         group: str = "root",
         timeout: float | None = None,
+        root: str = "",
     ) -> Result:
         """Stream a local file over SFTP into a private incoming folder, check its sha256 on the host, then
-        move it next to `path` and rename it into place (so a half-sent file is never seen there)."""
+        move it next to `path` and rename it into place (so a half-sent file is never seen there); with
+        `root`, only where `path`'s directory resolves on the host inside it."""
+        host_path(path)
         user = self.host.ssh.user
         incoming = f"/var/tmp/vllmctl-incoming-{user}"
         prepared = self.run(["install", "-d", "-m", "0700", "-o", user, incoming], sudo=True, timeout=30)
@@ -283,9 +286,11 @@ class SshTransport:
                 f"{self.host.name}: connection lost while sending {source} ({exc or type(exc).__name__})",
                 "apply again: it converges from where it left off",
             ) from exc
-        q = shlex.quote
+        q = shell_word
+        refusal = q(f"not writing {path}: it resolves outside {root}")
+        confine = f"{shell_resolves_under(path, root)} || {{ echo {refusal} >&2; exit 1; }}; " if root else ""
         script = (
-            f"set -e; trap 'rm -f {q(sent)}' EXIT; "
+            f"set -e; trap 'rm -f {q(sent)}' EXIT; {confine}"
             f"echo {q(sha256 + '  ' + sent)} | sha256sum --check --quiet --status - "
             f"|| {{ echo {q('sha256 mismatch after sending ' + source)} >&2; exit 1; }}; "
             f'tmp=$(mktemp {q(os.path.dirname(path) or ".")}/.vllmctl-push.XXXXXX); mv -f {q(sent)} "$tmp"; '

@@ -26,6 +26,8 @@ class Script:
     delay_s: float = 0.0  # pause before each token event
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every completion body received
     health_calls: int = 0
+    api_key: str | None = None  # like vLLM's --api-key: every /v1 request needs `Bearer <key>`
+    refused: int = 0  # /v1 requests answered 401
     in_flight: int = 0
     most_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -46,8 +48,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _refused(self) -> bool:
+        script = self.server.script
+        if script.api_key is None or not self.path.startswith("/v1/"):
+            return False
+        if self.headers.get("Authorization") == f"Bearer {script.api_key}":
+            return False
+        script.refused += 1
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:
         script = self.server.script
+        if self._refused():
+            return
         if self.path == "/health":
             script.health_calls += 1
             status = 503 if script.health_calls <= script.health_failures else 200
@@ -59,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self._refused():
+            return
         self.server.script.bodies.append(body)
         model = body["model"]
         if model == "bad-request":

@@ -63,3 +63,26 @@ def test_pure_modules_import_no_effects_and_do_not_print(path: Path) -> None:
 
 def _is_main_guard(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+
+
+# the lab builds its own throwaway test hosts; facts/system.py only parses /etc/os-release with shlex.split
+QUOTING_EXEMPT = {"quoting.py", "facts/system.py"}
+
+
+def test_only_quoting_py_quotes_for_a_target() -> None:
+    """One quoting function per target: every shell word goes through quoting.shell_word/shell_join, every
+    systemd and env-file value through its filter; no module hand-rolls `%`/`$` escapes or calls shlex."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in QUOTING_EXEMPT or relative.startswith("lab/"):
+            continue
+        text = path.read_text()
+        found = [
+            what
+            for what in ("import shlex", 'replace("%"', "replace('%'", 'replace("$"', "Environment=")
+            if what in text
+        ]
+        if found:
+            offenders[relative] = found
+    assert offenders == {}

@@ -1,57 +1,11 @@
-"""Rendering: systemd quoting of engine argv, env-file quoting, and StrictUndefined errors."""
+"""Rendering: engine flag spelling, StrictUndefined errors, and no template value breaking its line."""
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 
-from vllmctl.render import RenderError, engine_flags, env_quote, render_string, systemd_exec, systemd_quote
-
-
-def _systemd_split(line: str) -> list[str]:
-    """A reference splitter for what systemd does with an ExecStart line (quotes, \\ escapes, %%, $$)."""
-    words, word, quote, i, started = [], "", "", 0, False
-    escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-                word += escapes[line[i]]
-            elif ch == quote:
-                quote = ""
-            else:
-                word += ch
-        elif ch in "\"'":
-            quote, started = ch, True
-        elif ch == " ":
-            if started:
-                words.append(word)
-            word, started = "", False
-        else:
-            word, started = word + ch, True
-        i += 1
-    if started:
-        words.append(word)
-    return [w.replace("%%", "%").replace("$$", "$") for w in words]
-
-
-def test_model_path_with_spaces_and_shell_metacharacters_survives_systemd_splitting() -> None:
-    argv = ["/opt/v/bin/python", "-m", "vllm", "--model", '/srv/my models/it\'s $HOME; rm -rf / `x` 100% "q"']
-    line = systemd_exec(argv)
-    assert _systemd_split(line) == argv
-    assert "$$HOME" in line and "100%%" in line
-
-
-def test_plain_words_are_left_bare() -> None:
-    assert systemd_exec(["--port", "8000", "--model", "org/Model-7B"]) == "--port 8000 --model org/Model-7B"
-
-
-def test_empty_and_json_words_are_quoted() -> None:
-    assert systemd_quote("") == '""'
-    flags = engine_flags({"compilation_config": {"level": 3}})
-    assert systemd_exec(flags) == '--compilation-config "{\\"level\\":3}"'
+from vllmctl.quoting import unit_exec
+from vllmctl.render import RenderError, engine_flags, render_string
 
 
 def test_engine_flags_spelling() -> None:
@@ -59,8 +13,9 @@ def test_engine_flags_spelling() -> None:
     assert flags == ["--tensor-parallel-size", "2", "--enforce-eager"]
 
 
-def test_env_values_are_double_quoted_with_escapes_not_shell_expanded() -> None:
-    assert env_quote('a "b" \\ $X') == '"a \\"b\\" \\\\ $X"'
+def test_json_flag_values_are_one_quoted_word() -> None:
+    flags = engine_flags({"compilation_config": {"level": 3}})
+    assert unit_exec(["/v/python", *flags]) == '/v/python --compilation-config "{\\"level\\":3}"'
 
 
 def test_strict_undefined_names_the_missing_value() -> None:
@@ -74,6 +29,13 @@ def test_syntax_errors_give_the_line() -> None:
         render_string("a\n{% if %}\n", {}, "x.j2")
 
 
-def test_shlex_is_not_systemd_quoting() -> None:
-    # shell quoting would leave $ and % for systemd to expand: the two differ on purpose
-    assert systemd_quote("$HOME") != shlex.quote("$HOME")
+@pytest.mark.parametrize("value", ["vllm\nExecStartPre=+/bin/sh", "a\rb", "a\0b"])
+def test_an_unquoted_value_that_would_start_a_new_line_stops_the_render(value: str) -> None:
+    # a template that forgot its filter must not add a setting to a unit run by root
+    with pytest.raises(RenderError, match="break its line"):
+        render_string("[Service]\nUser={{ user }}\n", {"user": value}, "x.j2")
+
+
+def test_quoted_values_render_on_one_line() -> None:
+    text = render_string("Environment={{ 'A' | unit_env(v) }}\n", {"v": "x\ny"}, "x.j2")
+    assert text == 'Environment="A=x\\x0ay"\n'

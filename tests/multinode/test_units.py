@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan, implicit_cluster, plan_cluster
@@ -130,3 +132,26 @@ def test_without_an_interface_no_nic_is_forced(load: Load) -> None:
     text = render_ray_unit(cluster, inv.hosts["gpu-02"].engine, "gpu-02", ADDRESSES, 8)
     assert "SOCKET_IFNAME" not in text
     assert "Environment=VLLM_HOST_IP=192.168.50.2\n" in text
+
+
+def _environment(text: str) -> dict[str, str]:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "executor"))
+    from systemd_syntax import environment_assignments, unit_settings
+
+    found: dict[str, str] = {}
+    for _, key, value in unit_settings(text):
+        if key == "Environment":
+            found |= environment_assignments(value)
+    return found
+
+
+def test_ray_unit_environment_values_reach_the_processes_unchanged(load: Load) -> None:
+    # systemd expands no `$` in Environment=: a doubled `$$` would reach Ray and vLLM as two dollars
+    inv, plan = planned(load)
+    extra = {"PIP_EXTRA": "a$b ${c} 100% \"q\" 'x' \\ é", "NCCL_DEBUG": "INFO"}
+    engine = inv.hosts["gpu-01"].engine
+    ray = _environment(render_ray_unit(plan.cluster, engine, "gpu-02", ADDRESSES, plan.tp, extra))
+    head = _environment(render_head_engine_unit(inv.models["llama-405b"], engine, plan, ADDRESSES, extra))
+    for found in (ray, head):
+        assert found["PIP_EXTRA"] == extra["PIP_EXTRA"] and found["NCCL_DEBUG"] == "INFO"
+    assert ray["VLLM_HOST_IP"] == "192.168.50.2" and head["RAY_ADDRESS"] == "192.168.50.1:6379"

@@ -15,6 +15,7 @@ from vllmctl.ops import Command, OpError, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import HUB_DOWNLOAD, PushFile
 from vllmctl.ops.provision import PROVISION_OPERATIONS
+from vllmctl.quoting import env_file_line
 
 HERE = Path(__file__).parent
 OP_CASES = sorted((HERE / "ops").glob("*/*.json"))
@@ -28,6 +29,7 @@ def test_op_case(case: Path) -> None:
     step = op(doc["args"], doc["facts"])
     assert step.rendered() == doc["commands"]
     assert step.noop == doc["noop"]
+    assert list(step.warnings) == doc.get("warnings", [])
     assert (step.noop is None) == step.changed
     assert set(op.requests(doc["args"])) <= set(doc["facts"])
 
@@ -132,8 +134,7 @@ def test_hub_download_never_puts_the_token_in_a_command() -> None:
 
 
 def test_hub_download_script_reads_the_env_file_as_systemd_quotes_it(tmp_path: Path) -> None:
-    """The helper's env-file reader undoes `env_quote`; run its parsing part with a fake huggingface_hub."""
-    from vllmctl.render import env_quote
+    """The helper's env-file reader undoes `env_file_line`; run it with a fake huggingface_hub."""
 
     fake = tmp_path / "huggingface_hub.py"
     fake.write_text(
@@ -143,7 +144,7 @@ def test_hub_download_script_reads_the_env_file_as_systemd_quotes_it(tmp_path: P
     )
     env = tmp_path / "m.env"
     token = 'hf_a"b\\c$HOME'
-    env.write_text(f"# managed\nHF_TOKEN={env_quote(token)}\nOTHER={env_quote('x')}\n")
+    env.write_text(f"# managed\n{env_file_line('HF_TOKEN', token)}\n{env_file_line('OTHER', 'x')}\n")
     script = tmp_path / "dl.py"
     script.write_text(HUB_DOWNLOAD)
     result = subprocess.run(

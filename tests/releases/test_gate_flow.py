@@ -47,7 +47,9 @@ def apply_units(remote: LocalRemote, context: HostContext) -> None:
 
 
 def health(remote: LocalRemote) -> Any:
-    def check(url: str, model: str, deadline_s: float, on_progress: Any) -> HealthResult:
+    def check(
+        url: str, model: str, deadline_s: float, on_progress: Any, api_key: str | None = None
+    ) -> HealthResult:
         unit = remote.local(f"/etc/systemd/system/{UNIT}").read_text()
         ok = (remote.root / "active" / UNIT).exists() and "--bogus" not in unit
         return HealthResult(ok, 2.0, 4, "ready" if ok else "health", "" if ok else "connection refused")
@@ -55,7 +57,7 @@ def health(remote: LocalRemote) -> Any:
     return check
 
 
-def bench(url: str, model: str) -> EndpointReport:
+def bench(url: str, model: str, api_key: str | None = None) -> EndpointReport:
     done = [RequestResult(ok=True, ttft=0.08, itl=(0.01,) * 7, latency=0.15, output_tokens=8)] * 4
     return EndpointReport(url, model, (summarize(done, 1, 1.0), summarize(done, 4, 0.4)))
 
@@ -176,7 +178,9 @@ def test_an_apply_health_failure_is_not_probed_again_and_is_rolled_back(host: Lo
     options = opts(host, 2)
     probe = options.health
 
-    def counting(url: str, model: str, deadline_s: float, on_progress: Any) -> HealthResult:
+    def counting(
+        url: str, model: str, deadline_s: float, on_progress: Any, api_key: str | None = None
+    ) -> HealthResult:
         probes.append(url)
         return probe(url, model, deadline_s, on_progress)
 

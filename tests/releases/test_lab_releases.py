@@ -227,3 +227,33 @@ def test_an_apply_killed_mid_rollout_is_finished_by_the_next(releases: Releases)
     assert (releases.pointer("current"), releases.pointer("known-good")) == (finished["release"],) * 2
     assert "--max-num-seqs 5" in releases.running_argv()
     releases.assert_serves()
+
+
+def test_a_model_served_with_an_api_key_passes_its_own_gate(
+    releases: Releases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's health poller and smoke benchmark send the key read on the controller; vLLM refuses /v1
+    without it; the key is in no output, audit line, argv, unit or journal."""
+    key = 'sk-lab-gate-3c1f"$x%'
+    monkeypatch.setenv("VLLMCTL_TEST_API_KEY", key)
+    doc = copy.deepcopy(releases.deployment.inventory_doc)
+    doc["secrets"]["api_key"] = {"env": "VLLMCTL_TEST_API_KEY"}
+    # a new flag too: the release digest covers the units, and the key alone changes only the env file
+    doc["models"][MODEL]["engine_args"] = {"api_key": {"secret": "api_key"}, "max_num_seqs": 6}
+    code, result, output = releases.apply(releases.deployment.write_inventory("apikey.yml", doc))
+    assert code == 0, output[-4000:]
+    release = _release(result, releases.host.name)
+    assert release["status"] == "passed", json.dumps(release)
+    assert release["figures"][MODEL]["c4"]["error_rate"] == 0
+    base = f"http://{releases.host.address}:8000"
+    assert httpx.get(f"{base}/v1/models", timeout=30, trust_env=False).status_code == 401
+    headers = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(f"{base}/v1/models", headers=headers, timeout=30, trust_env=False).status_code == 200
+    assert key not in output
+    assert key not in (releases.deployment.state_dir / "vllmctl" / "audit.log").read_text()
+    for where in (
+        "ps -eo args",
+        "sudo journalctl --no-pager -o cat",
+        "sudo cat /etc/systemd/system/vllmctl-*",
+    ):
+        assert key not in releases.deployment.sh(releases.host, where), where

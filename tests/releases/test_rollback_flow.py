@@ -53,7 +53,9 @@ def deploy(remote: LocalRemote, release: Manifest, passed: bool) -> None:
 
 
 def healthy_unless_bogus(remote: LocalRemote) -> HealthCheck:
-    def check(url: str, model: str, deadline_s: float, on_progress: Any) -> HealthResult:
+    def check(
+        url: str, model: str, deadline_s: float, on_progress: Any, api_key: str | None = None
+    ) -> HealthResult:
         unit = remote.local(f"/etc/systemd/system/{UNIT}").read_text()
         running = (remote.root / "active" / UNIT).exists()
         ok = running and "--bogus" not in unit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from vllmctl.bench.client import Clock, EndpointReport, LoadSpec, run_benchmark
 from vllmctl.bench.endpoints import Endpoint, endpoints_for
@@ -19,6 +19,7 @@ __all__ = [
     "LevelSummary",
     "LoadSpec",
     "RequestResult",
+    "SmokeBench",
     "Violation",
     "benchmark_endpoint",
     "check_report",
@@ -29,6 +30,12 @@ __all__ = [
 ]
 
 
+class SmokeBench(Protocol):
+    """How the gate runs its smoke benchmark on one endpoint; api_key is sent as a bearer token."""
+
+    def __call__(self, base_url: str, model: str, api_key: str | None = None) -> EndpointReport: ...
+
+
 def benchmark_endpoint(
     base_url: str,
     model_id: str,
@@ -37,10 +44,11 @@ def benchmark_endpoint(
     tokenizer: Any = None,
     clock: Clock = time.perf_counter,
     on_level: Callable[[LevelSummary], None] | None = None,
+    api_key: str | None = None,
 ) -> EndpointReport:
     """Run every level of `spec` against one OpenAI-compatible endpoint and return the summaries."""
     prompts = prompt_maker(input_tokens, tokenizer)
-    return asyncio.run(run_benchmark(base_url, model_id, prompts, spec, clock, on_level))
+    return asyncio.run(run_benchmark(base_url, model_id, prompts, spec, clock, on_level, api_key))
 
 
 def check_report(report: EndpointReport, slo: dict[str, float]) -> list[Violation]:

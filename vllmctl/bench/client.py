@@ -161,14 +161,17 @@ async def run_benchmark(
     spec: LoadSpec,
     clock: Clock = time.perf_counter,
     on_level: Callable[[LevelSummary], None] | None = None,
+    api_key: str | None = None,
 ) -> EndpointReport:
-    """Every level of `spec` against one endpoint; `prompts_for(count, seed)` supplies fresh prompts."""
+    """Every level of `spec` against one endpoint; `prompts_for(count, seed)` supplies fresh prompts.
+    `api_key`: sent as a bearer token on every request (an engine started with `--api-key` wants it)."""
     url = f"{base_url.rstrip('/')}/v1/completions"
     widest = max(spec.concurrency)
     connector = aiohttp.TCPConnector(limit=widest)
     timeout = aiohttp.ClientTimeout(total=spec.request_timeout_s, connect=10.0)
     levels: list[LevelSummary] = []
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
         if spec.warmup:
             # One request first, as `vllm bench serve` does, so a cold start is not billed to level one.
             payload = completion_payload(model_id, prompts_for(1, 0)[0], spec.output_tokens)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vllmctl.errors import InputError
 from vllmctl.inventory.model import Inventory
+from vllmctl.quoting import http_url
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,7 @@ class Endpoint:
 
 
 def _url(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-    return f"http://{host}:{port}"
+    return http_url(address, port)
 
 
 def endpoints_for(

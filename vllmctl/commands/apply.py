@@ -30,6 +30,7 @@ from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_group
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.execute import AfterHost
 from vllmctl.runner.fleet import (
+    api_keys,
     append_local_audit,
     deployment_plans,
     gather_fleet_facts,
@@ -106,6 +107,7 @@ def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -
         keep=args.keep_releases or inventory.releases.keep,
         command_timeout_s=min(args.command_timeout, 120.0),
         health_timeout_s=args.health_timeout or FLOOR_S,
+        api_keys=api_keys(inventory, os.environ),
     )
 
     def after_host(
@@ -133,6 +135,7 @@ def deploy_groups(
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=min(args.command_timeout, 120.0),
         health_timeout_s=args.health_timeout or FLOOR_S,
+        api_keys=api_keys(inventory, os.environ),
     )
     if args.no_gate:
         why = "--no-gate: a multi-node model is only deployed as a gated group release"
@@ -143,7 +146,10 @@ def deploy_groups(
         for model, plan in plans.items()
         if plan.head in contexts
     }
-    opts = GroupApplyOptions(check=args.check, gate=gate, diff=args.diff, engine_env=engine_env)
+    secrets = next(iter(contexts.values())).secrets if contexts else {}
+    opts = GroupApplyOptions(
+        check=args.check, gate=gate, diff=args.diff, engine_env=engine_env, secrets=secrets
+    )
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
 

@@ -6,6 +6,7 @@ Prints a table per endpoint (or `--json`) and SLO violations; exits 1 if an endp
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from rich.table import Table
@@ -33,6 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("inventory", nargs="?", help="inventory file; or give --url and --model-id")
     parser.add_argument("--url", help="one OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model-id", help="served model name at --url")
+    parser.add_argument(
+        "--api-key-env", metavar="VAR", help="with --url: environment variable holding the endpoint's API key"
+    )
     parser.add_argument("--model", help="comma list of inventory model names (default: all)")
     parser.add_argument("--limit", help="comma list of hosts or groups")
     parser.add_argument("--concurrency", default="1,4,16", help="comma list of levels (default 1,4,16)")
@@ -92,29 +96,41 @@ def _replica_counts(inv: Inventory) -> dict[tuple[str, str], int]:
     return served_plan(inv).replica_counts()
 
 
-def _targets(args: argparse.Namespace) -> tuple[list[Endpoint], dict[str, dict[str, float]]]:
+Targets = tuple[list[Endpoint], dict[str, dict[str, float]], dict[str, str]]
+
+
+def _targets(args: argparse.Namespace) -> Targets:
+    """Endpoints, SLOs per model, and API keys per model (an inventory's `api_key: {secret}`, read here)."""
     if args.url:
         if args.inventory or not args.model_id:
             raise InputError(
                 "--url needs --model-id and no inventory", "e.g. --url http://h:8000 --model-id m"
             )
-        return [Endpoint("", args.model_id, 0, args.url)], {}
+        keys = {}
+        if args.api_key_env:
+            if args.api_key_env not in os.environ:
+                raise InputError(
+                    f"--api-key-env: {args.api_key_env} is not set", f"export {args.api_key_env}"
+                )
+            keys[args.model_id] = os.environ[args.api_key_env]
+        return [Endpoint("", args.model_id, 0, args.url)], {}, keys
     if not args.inventory:
         raise InputError("give an inventory, or --url with --model-id", "e.g. vllmctl bench fleet.yml")
-    from vllmctl.runner.fleet import select_hosts
+    from vllmctl.runner.fleet import api_keys, select_hosts
 
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]
     found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv))
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
-    return found, {name: dict(model.slo) for name, model in inv.models.items()}
+    slos = {name: dict(model.slo) for name, model in inv.models.items()}
+    return found, slos, api_keys(inv, os.environ)
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
     spec = _spec(args)
     extra_slo = parse_slo(args.slo)
-    endpoints, slos = _targets(args)
+    endpoints, slos, keys = _targets(args)
     shared_tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     results: list[dict[str, Any]] = []
     failed = False
@@ -133,6 +149,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
             args.input_tokens,
             tokenizer,
             on_level=progress,
+            api_key=keys.get(endpoint.model),
         )
         violations = check_report(report, {**slos.get(endpoint.model, {}), **extra_slo})
         failed = failed or bool(report.error or violations)

@@ -7,11 +7,13 @@ starts when the preflight finds a problem.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from vllmctl.console import Ui
+from vllmctl.desired import index_credentials
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
@@ -31,7 +33,7 @@ from vllmctl.runner.cluster_release import (
     roll_back_group,
     rollback_plan,
 )
-from vllmctl.runner.fleet import load_model_archs, lock_owner
+from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,10 +82,12 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         return _roll_back(args, ui, inv, plan)
     if args.preflight_only:
         return _preflight(args, ui, run_preflight(inv, model, cluster, engine, timeout_s=args.timeout))
-    opts = _gate_options(args)
+    opts = _gate_options(args, inv)
     locked = lock_group(inv, plan.hosts, opts)  # before Ray goes into the venvs
     try:
-        prepare_nodes(inv, plan, engine, engine.index_url, ui.info)
+        secret = index_credentials(engine)
+        credentials = resolve_secrets(inv, os.environ, {secret}).get(secret) if secret else None
+        prepare_nodes(inv, plan, engine, engine.index_url, ui.info, credentials)
         report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
         if _preflight(args, ui, report) != EXIT_OK:
             return EXIT_FAILURE
@@ -125,7 +129,7 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
     return EXIT_OK if status.ray_ok else EXIT_FAILURE
 
 
-def _gate_options(args: argparse.Namespace) -> GroupGateOptions:
+def _gate_options(args: argparse.Namespace, inv: Inventory) -> GroupGateOptions:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     return GroupGateOptions(
         owner=lock_owner(now),
@@ -133,6 +137,7 @@ def _gate_options(args: argparse.Namespace) -> GroupGateOptions:
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=max(args.timeout, 120.0),
         health_timeout_s=args.health_timeout,
+        api_keys=api_keys(inv, os.environ),
     )
 
 
@@ -151,7 +156,7 @@ def _roll_back(args: argparse.Namespace, ui: Ui, inv: Inventory, plan: ClusterPl
             ui.data(f"{host}: group release {found or '-'} -> {target}")
         ui.info("nothing changed; add --yes to roll the group back")
         return EXIT_CHANGES
-    outcome = roll_back_group(inv, group, plan.model, hosts, args.to, _gate_options(args), ui.info)
+    outcome = roll_back_group(inv, group, plan.model, hosts, args.to, _gate_options(args, inv), ui.info)
     return _report(ui, outcome, hosts, args.json)
 
 

@@ -5,6 +5,7 @@ A multi-node model's group whose used nodes are all selected is rolled back as o
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,12 +18,12 @@ from vllmctl.commands.history import RemoteFor, survey
 from vllmctl.console import Ui
 from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
+from vllmctl.health import HealthCheck
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
 from vllmctl.release_gate import (
     GateOptions,
-    HealthCheck,
     activate,
     audit_line,
     read_releases,
@@ -30,7 +31,14 @@ from vllmctl.release_gate import (
 )
 from vllmctl.releases import ReleaseError, rollback_target
 from vllmctl.runner.cluster_release import GroupGateOptions, roll_back_group, rollback_plan
-from vllmctl.runner.fleet import host_contexts, lock_owner, planned_inventory, select_hosts, ssh_remote
+from vllmctl.runner.fleet import (
+    api_keys,
+    host_contexts,
+    lock_owner,
+    planned_inventory,
+    select_hosts,
+    ssh_remote,
+)
 from vllmctl.runner.group_nodes import multi_node_groups
 from vllmctl.runner.remote import Remote
 
@@ -208,6 +216,7 @@ def _roll_back_groups(
         command_timeout_s=opts.command_timeout_s,
         health_timeout_s=opts.health_timeout_s,
         health=opts.health,
+        api_keys=opts.api_keys,
     )
     done: dict[str, dict[str, Any]] = {}
     for group in groups:
@@ -246,6 +255,7 @@ def run(
         command_timeout_s=args.command_timeout,
         health_timeout_s=args.health_timeout,
         health=health,
+        api_keys=api_keys(inventory, os.environ),
     )
     ui.info(f"rolling back {len(contexts)} host(s) and {len(selection.groups)} multi-node group(s)")
     for host, why in selection.covered.items():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from vllmctl.quoting import shell_join
 
 Parser = Callable[[str, int], Any]
 
@@ -31,7 +32,7 @@ def fixed(command: str) -> Callable[[tuple[str, ...]], str]:
 
 
 def quoted_words(args: tuple[str, ...]) -> str:
-    return " ".join(shlex.quote(arg) for arg in args)
+    return shell_join(args)
 
 
 def lines(output: str) -> list[str]:

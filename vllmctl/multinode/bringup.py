@@ -5,13 +5,13 @@ venv, units), the order (head, then workers, then vLLM on the head), and reading
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from vllmctl.desired import HOME_DIR, SERVICE_USER, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
 from vllmctl.multinode.units import RAY_DIR
+from vllmctl.ops.engine import index_source
+from vllmctl.quoting import shell_join, shell_word
 
 SYSTEMD_DIR = "/etc/systemd/system"
 
@@ -24,29 +24,26 @@ class RayStatus:
 
 def node_setup_script() -> str:
     """The unprivileged service user and Ray's own directory (sessions, sockets, logs) owned by it."""
-    user = shlex.quote(SERVICE_USER)
-    home = shlex.quote(HOME_DIR)
+    user = shell_word(SERVICE_USER)
+    home = shell_word(HOME_DIR)
     return "\n".join(
         [
             "set -e",
             f"id -u {user} >/dev/null 2>&1 || "
             f"useradd --system --home-dir {home} --shell /usr/sbin/nologin {user}",
-            f"install -d -m 0750 -o {user} -g {user} {home} {shlex.quote(RAY_DIR)}",
+            f"install -d -m 0750 -o {user} -g {user} {home} {shell_word(RAY_DIR)}",
         ]
     )
 
 
-def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str | None) -> str:
+def ray_install_script(
+    engine: EngineSpec, cluster: ClusterSpec, index_url: str | None, credentials: str | None = None
+) -> str:
     """Ray into the engine venv (created if absent), only when the venv lacks that exact version."""
     venv = venv_path(engine)
-    python = shlex.quote(f"{venv}/bin/python")
+    python = shell_word(f"{venv}/bin/python")
     wanted = f"ray=={cluster.ray.version}"
-    source: list[str] = []
-    if index_url:
-        source = ["--index-url", index_url]
-        host = urlsplit(index_url).hostname
-        if urlsplit(index_url).scheme == "http" and host:
-            source += ["--trusted-host", host]
+    index = index_source(index_url, credentials, uv=False)  # credentials come through ray_install_stdin
     check = f"import importlib.metadata as m; assert m.version('ray') == {cluster.ray.version!r}"
     install = [
         f"{venv}/bin/python",
@@ -55,16 +52,21 @@ def ray_install_script(engine: EngineSpec, cluster: ClusterSpec, index_url: str 
         "install",
         "-q",
         "--disable-pip-version-check",
-        *source,
+        *index.options,
         wanted,
     ]
     return "\n".join(
         [
             "set -e",
-            f"[ -x {python} ] || python3 -m venv {shlex.quote(venv)}",
-            f"{python} -c {shlex.quote(check)} 2>/dev/null || {shlex.join(install)}",
+            *index.prelude(),
+            f"[ -x {python} ] || python3 -m venv {shell_word(venv)}",
+            f"{python} -c {shell_word(check)} 2>/dev/null || {shell_join(install)}",
         ]
     )
+
+
+def ray_install_stdin(index_url: str | None, credentials: str | None = None) -> bytes:
+    return index_source(index_url, credentials, uv=False).stdin
 
 
 def unit_path(name: str) -> str:
@@ -73,7 +75,7 @@ def unit_path(name: str) -> str:
 
 def start_script(unit: str) -> str:
     """Reload and (re)start: a changed unit must take effect; an unchanged running one restarts harmlessly."""
-    name = shlex.quote(unit)
+    name = shell_word(unit)
     return f"systemctl daemon-reload && systemctl enable --quiet {name} && systemctl restart {name}"
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
+from vllmctl.quoting import shell_word
 from vllmctl.releases import HostReleases, pointer_switch, release_dir
 
 UNIT_MARK = "@@vllmctl-unit"
@@ -24,7 +24,7 @@ def unit_state_script(units: Collection[str]) -> str:
     """Per unit: its `systemctl is-active` and the sha256 of its installed file (`-` when absent)."""
     lines = []
     for unit in sorted(units):
-        name, path = shlex.quote(unit), shlex.quote(f"{UNIT_DIR}/{unit}")
+        name, path = shell_word(unit), shell_word(f"{UNIT_DIR}/{unit}")
         digest = f"$( [ -f {path} ] && sha256sum < {path} | cut -c1-64 || echo -)"
         lines.append(f"s=$(systemctl is-active {name} 2>/dev/null)")
         lines.append(f'printf \'{UNIT_MARK} %s %s %s\\n\' {name} "${{s:-unknown}}" "{digest}"')
@@ -48,7 +48,7 @@ def engine_env_record(group: str) -> str:
 
 def env_state_script(env_file: str, record: str) -> str:
     """The sha256 of `env_file` now and the one `record` holds (`-` for either when absent)."""
-    env, kept = shlex.quote(env_file), shlex.quote(record)
+    env, kept = shell_word(env_file), shell_word(record)
     return (
         f"now=$( [ -f {env} ] && sha256sum < {env} | cut -c1-64 || echo -)\n"
         f"was=$(cat {kept} 2>/dev/null || true)\n"
@@ -81,8 +81,8 @@ def parse_env_state(output: str) -> EngineEnv:
 
 def env_record_step(group: str, digest: str) -> Step:
     # 0600: the digest of an env file holding a short API key could be guessed
-    upload = Upload(engine_env_record(group), digest + "\n", mode="0600")
-    return Step("group_env", f"{group} engine env {digest[:12]}", (upload,))
+    upload = Upload(engine_env_record(group), digest + "\n", mode="0600", secret=True)
+    return Step("group_env", f"{group} engine env", (upload,))
 
 
 @dataclass(frozen=True)
@@ -189,5 +189,5 @@ def journal_errors(journal: str, limit: int = 5) -> list[str]:
 
 def engine_journal_command(unit: str, since_epoch: str) -> str:
     """The unit's whole journal since it was started (`date +%s` on the head, read before the start)."""
-    since = shlex.quote(f"@{since_epoch}")
-    return f"journalctl -u {shlex.quote(unit)} --since {since} --no-pager -o cat 2>&1 | tail -n 2000; true"
+    since = shell_word(f"@{since_epoch}")
+    return f"journalctl -u {shell_word(unit)} --since {since} --no-pager -o cat 2>&1 | tail -n 2000; true"

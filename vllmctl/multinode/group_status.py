@@ -5,7 +5,6 @@ a ClusterState, and which models `vllmctl status` shows as a group entry.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from vllmctl.multinode.group_release import group_dir
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.preflight import MISSING, interface_ip_command
 from vllmctl.multinode.units import ray_unit_name
+from vllmctl.quoting import shell_word
 
 if TYPE_CHECKING:
     from vllmctl.status_view import ModelStatus
@@ -100,20 +100,20 @@ class ClusterState:
 def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_address: str) -> str:
     """key=value lines: the Ray unit's state; on the head also the engine unit's state, then `ray status`
     after RAY_STATUS_MARK (at the cluster interface's address, else `head_address`)."""
-    pointers = shlex.quote(group_dir(plan.cluster.group))
+    pointers = shell_word(group_dir(plan.cluster.group))
     lines = [
-        f"echo ray_unit=$(systemctl is-active {shlex.quote(ray_unit_name(plan.cluster.group))})",
+        f"echo ray_unit=$(systemctl is-active {shell_word(ray_unit_name(plan.cluster.group))})",
         f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
         f"echo known_good=$(readlink {pointers}/known-good || echo {NO_RELEASE})",
     ]
     if host == plan.head:
-        fallback = shlex.quote(head_address)
-        ray = shlex.quote(f"{venv_path(engine)}/bin/ray")
+        fallback = shell_word(head_address)
+        ray = shell_word(f"{venv_path(engine)}/bin/ray")
         lines += [
-            f"echo engine_unit=$(systemctl is-active {shlex.quote(unit_name(plan.model, 0))})",
+            f"echo engine_unit=$(systemctl is-active {shell_word(unit_name(plan.model, 0))})",
             f"ip=$({interface_ip_command(plan.cluster.interface)})",
             f'[ "$ip" = {MISSING} ] && ip={fallback}',
-            f"echo {shlex.quote(RAY_STATUS_MARK)}",
+            f"echo {shell_word(RAY_STATUS_MARK)}",
             f'timeout {RAY_STATUS_TIMEOUT_S} {ray} status --address="$ip":{plan.cluster.ray.gcs_port} 2>&1'
             ' || echo "ray status failed (exit $?)"',
         ]

@@ -5,12 +5,12 @@ listeners, connect probes), their parsers, and the checks that turn them into pr
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vllmctl.desired import LIB_DIR, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
+from vllmctl.quoting import shell_word
 
 CLOCK_BOUND_S = 1.0
 LISTEN_SECONDS = 60  # listeners outlive the probes by a wide margin, then exit on their own
@@ -76,17 +76,17 @@ def model_fingerprint_command(model: ModelDeployment) -> str:
     """Local model directories: names and sizes of their files, hashed; hub models: the staged commit."""
     if model.source.startswith("/"):
         # names and sizes of every file plus the content of the small JSON ones: hashing weights is too slow
-        where = shlex.quote(model.source)
+        where = shell_word(model.source)
         listing = f"{{ find {where} -type f -printf '%P %s\\n' | sort; cat {where}/*.json; }} 2>/dev/null"
         return f"if [ -d {where} ]; then {listing} | sha256sum | cut -c1-16; else echo {MISSING}; fi"
     repo = f"models--{model.source.replace('/', '--')}"
     ref = f"{LIB_DIR}/models/hub/{repo}/refs/{model.revision or 'main'}"
-    return f"cat {shlex.quote(ref)} 2>/dev/null || echo {MISSING}"
+    return f"cat {shell_word(ref)} 2>/dev/null || echo {MISSING}"
 
 
 def version_command(engine: EngineSpec, distribution: str) -> str:
-    python = shlex.quote(f"{venv_path(engine)}/bin/python")
-    code = shlex.quote(f"import importlib.metadata as m; print(m.version({distribution!r}))")
+    python = shell_word(f"{venv_path(engine)}/bin/python")
+    code = shell_word(f"import importlib.metadata as m; print(m.version({distribution!r}))")
     return f"{python} -c {code} 2>/dev/null || echo {MISSING}"
 
 
@@ -95,7 +95,7 @@ def interface_ip_command(interface: str | None) -> str:
     if not interface:
         return f"echo {MISSING}"
     return (
-        f"ip -o -4 addr show dev {shlex.quote(interface)} 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 "
+        f"ip -o -4 addr show dev {shell_word(interface)} 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 "
         f"| head -n1 | grep . || echo {MISSING}"
     )
 

@@ -19,13 +19,14 @@ from vllmctl.desired import (
 from vllmctl.desired import venv_path as engine_venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
 from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.quoting import unit_file_name
 from vllmctl.render import render_template
 
 RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs, owned by the service user
 
 
 def ray_unit_name(group: str) -> str:
-    return f"vllmctl-ray-{group}.service"
+    return unit_file_name(f"vllmctl-ray-{group}.service")
 
 
 def node_environment(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.errors import VllmctlError
+from vllmctl.quoting import shell_join
 
 Args = Mapping[str, Any]
 Facts = Mapping[str, Any]
@@ -25,14 +25,17 @@ def sha256_text(text: str) -> str:
 
 @dataclass(frozen=True)
 class Command:
-    """Either an argv (quoted with shlex.join when sent) or a shell string already built with shlex.quote."""
+    """Either an argv (each word quoted with `quoting.shell_word` when sent) or a shell string whose values
+    were each quoted with it."""
 
     argv: tuple[str, ...] = ()
     shell: str = ""
     sudo: bool = True
+    # secret input the command reads itself (a mirror's credentials): never part of what is shown or run
+    stdin: bytes = field(default=b"", repr=False)
 
     def render(self) -> str:
-        return self.shell or shlex.join(self.argv)
+        return self.shell or shell_join(self.argv)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Upload:
         return sha256_text(self.content)
 
     def render(self) -> str:
+        # secret: the content holds secrets or digests them; even a short digest of a short key can be guessed
         digest = "secret content" if self.secret else f"sha256 {self.sha256[:12]}"
         return f"upload {self.path} mode={self.mode} owner={self.owner}:{self.group} ({digest})"
 
@@ -75,6 +79,7 @@ class Step:
     actions: tuple[Action, ...] = ()
     noop: str | None = None
     change: FileChange | None = None
+    warnings: tuple[str, ...] = ()  # what the plan refused to act on (data read back from the host)
 
     @property
     def changed(self) -> bool:
@@ -90,6 +95,12 @@ def noop(op: str, target: str, reason: str) -> Step:
 
 def run(*argv: str, sudo: bool = True) -> Command:
     return Command(argv=tuple(argv), sudo=sudo)
+
+
+def make_dirs(*paths: str) -> Command:
+    """Create the directories that are missing (0755 under umask 022). An existing one keeps its mode and
+    owner: `install -d -m` would re-mode it, and a model's dest may be a shared /srv or /opt."""
+    return Command(shell=f"umask 022 && mkdir -p -- {shell_join(paths)}")
 
 
 @dataclass(frozen=True)

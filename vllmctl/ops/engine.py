@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from packaging.version import InvalidVersion, Version
@@ -23,6 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.driver import running_driver
+from vllmctl.quoting import has_credentials, shell_join, shell_word, url_with_credentials, venv_dir_name
 
 VENVS_DIR = "/opt/vllmctl/venvs"
 MARKER = "vllmctl-venv.json"
@@ -48,7 +49,7 @@ CUDA_MIN_DRIVER: dict[str, int] = {
 
 
 def venv_name(engine: str, version: str) -> str:
-    return f"{engine}-{version}"
+    return venv_dir_name(f"{engine}-{version}")
 
 
 def venv_path(engine: str, version: str) -> str:
@@ -95,17 +96,47 @@ def marker_content(args: Args) -> str:
     return json.dumps({k: args.get(k) for k in keys}, sort_keys=True) + "\n"
 
 
-def _install_source(args: Args, uv: bool) -> list[str]:
-    if args.get("wheelhouse"):
-        return ["--no-index", "--find-links", str(args["wheelhouse"])]
-    url = args.get("index_url")
+@dataclass(frozen=True)
+class IndexSource:
+    """Where pip or uv installs from: argv options, and an index URL with credentials that the script reads
+    from stdin and exports (PIP_INDEX_URL, UV_INDEX_URL), so they reach no argv (`ps`), plan or log."""
+
+    options: tuple[str, ...] = ()
+    secret_url: str = field(default="", repr=False)
+
+    @property
+    def stdin(self) -> bytes:
+        return (self.secret_url + "\n").encode() if self.secret_url else b""
+
+    def prelude(self) -> list[str]:
+        if not self.secret_url:
+            return []
+        return ['IFS= read -r url && export PIP_INDEX_URL="$url" UV_INDEX_URL="$url" && unset url']
+
+
+def index_source(
+    url: str | None, credentials: str | None, uv: bool, wheelhouse: str | None = None
+) -> IndexSource:
+    if wheelhouse:
+        return IndexSource(("--no-index", "--find-links", wheelhouse))
     if not url:
-        return []
-    options = ["--index-url", str(url)]
-    parts = urlsplit(str(url))
-    if parts.scheme == "http" and parts.hostname:
-        options += ["--allow-insecure-host" if uv else "--trusted-host", parts.hostname]
-    return options
+        return IndexSource()
+    parts = urlsplit(url)
+    trust = (
+        ("--allow-insecure-host" if uv else "--trusted-host", str(parts.hostname))
+        if parts.scheme == "http" and parts.hostname
+        else ()
+    )
+    full = url_with_credentials(url, credentials)
+    if has_credentials(full):
+        return IndexSource(trust, full)
+    return IndexSource(("--index-url", url, *trust))
+
+
+def _install_source(args: Args, uv: bool) -> IndexSource:
+    url, credentials = args.get("index_url"), args.get("index_credentials")
+    wheelhouse = str(args["wheelhouse"]) if args.get("wheelhouse") else None
+    return index_source(str(url) if url else None, str(credentials) if credentials else None, uv, wheelhouse)
 
 
 def build_script(args: Args, uv: bool) -> str:
@@ -113,8 +144,9 @@ def build_script(args: Args, uv: bool) -> str:
     final = venv_path(str(args["engine"]), str(args["version"]))
     partial = final + ".partial"
     requirement = f"{args['package']}{args.get('extras') or ''}=={args['version']}"
-    q = shlex.quote
-    source = " ".join(q(word) for word in _install_source(args, uv))
+    q = shell_word
+    index = _install_source(args, uv)
+    source = shell_join(index.options)
     if uv:
         create = f"uv venv --quiet --python python3 {q(partial)}"
         pip = f"uv pip install --quiet --python {q(partial)}/bin/python {source} {q(requirement)}"
@@ -125,13 +157,14 @@ def build_script(args: Args, uv: bool) -> str:
             f"{q(partial)}/bin/python -m pip install -q --disable-pip-version-check {source} {q(requirement)}"
         )
         removals = f"{q(partial)}/bin/python -m pip uninstall --yes --quiet"
-    lines = ["set -e", f"rm -rf -- {q(partial)}", create, " ".join(pip.split())]
+    lines = ["set -e", *index.prelude(), f"rm -rf -- {q(partial)}", create, " ".join(pip.split())]
     remove = [str(name) for name in args.get("remove") or ()]
     if remove:
         # only those actually installed: uninstalling an absent package is an error for uv
+        probe = q("import importlib.metadata as m, sys; m.version(sys.argv[1])")
         lines.append(
-            f"for p in {' '.join(q(n) for n in remove)}; do {q(partial)}/bin/python -c "
-            f'"import importlib.metadata as m; m.version(\'$p\')" 2>/dev/null && {removals} "$p"; done; true'
+            f'for p in {shell_join(remove)}; do {q(partial)}/bin/python -c {probe} "$p" 2>/dev/null '
+            f'&& {removals} "$p"; done; true'
         )
     # scripts carry the build path in their #! line; point them at the final path (symlinks left alone)
     lines.append(
@@ -157,7 +190,8 @@ def _plan_engine(args: Args, facts: Facts) -> Step:
     if marker.get("sha256") == sha256_text(marker_content(args)):
         return noop("engine_venv", final, f"{final} has {package}=={version}")
     uv = "uv" in (facts.get("driver_packages") or {}).get("tools", [])
-    return Step("engine_venv", final, (Command(shell=build_script(args, uv)),))
+    stdin = _install_source(args, uv).stdin
+    return Step("engine_venv", final, (Command(shell=build_script(args, uv), stdin=stdin),))
 
 
 def _by_version_newest_first(names: Iterable[str], venvs: Mapping[str, Facts]) -> list[str]:

@@ -14,6 +14,7 @@ from vllmctl.ops.base import (
     noop,
     run,
 )
+from vllmctl.quoting import confined_path, unit_file_name
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -82,7 +83,7 @@ def _plan_env_file(args: Args, facts: Facts) -> Step:
 
 
 def unit_path(name: str) -> str:
-    return f"{UNIT_DIR}/{name}"
+    return confined_path(UNIT_DIR, unit_file_name(name))
 
 
 def _unit_facts(args: Args) -> FactRequests:

@@ -4,8 +4,7 @@ the 0600 env file, never argv) and controller directories synced by sha256 manif
 from __future__ import annotations
 
 import posixpath
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +18,18 @@ from vllmctl.ops.base import (
     OpError,
     Step,
     Upload,
+    make_dirs,
     noop,
-    run,
     sha256_text,
+)
+from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.quoting import (
+    QuotingError,
+    confined_path,
+    host_path,
+    path_component,
+    shell_join,
+    shell_word,
 )
 
 HUB_CACHE = "/var/lib/vllmctl/models/hub"
@@ -29,26 +37,19 @@ HELPER = "/var/lib/vllmctl/bin/hub-download.py"
 DISK_MARGIN = 1.1  # room for the temp files a download or an upload writes before renaming
 
 # Runs in the engine venv as root: the env file (0600) is read here so the token never reaches argv.
-HUB_DOWNLOAD = """\
-import sys
+HUB_DOWNLOAD = (
+    READ_ENV
+    + """
+import os, sys
 env_file, repo, revision, cache = sys.argv[1:5]
-env = {}
-try:
-    for line in open(env_file, encoding="utf-8"):
-        key, sep, value = line.strip().partition("=")
-        if sep and not key.startswith("#"):
-            if value[:1] == '"' and value[-1:] == '"':
-                value = value[1:-1].replace('\\\\"', '"').replace("\\\\n", "\\n").replace("\\\\\\\\", "\\\\")
-            env[key] = value
-except FileNotFoundError:
-    pass
-import os
+env = read_env(env_file)
 os.environ.update({k: v for k, v in env.items() if k.startswith(("HF_", "HUGGING"))})
 os.environ.pop("HF_HUB_OFFLINE", None)
 from huggingface_hub import snapshot_download
 path = snapshot_download(repo, revision=revision or None, cache_dir=cache, token=env.get("HF_TOKEN") or None)
 print(path)
 """
+)
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,14 @@ class PushFile:
     mode: str = "0644"
     owner: str = "root"
     group: str = "root"
+    root: str = ""  # the file is written only where its directory resolves inside this one
 
     def render(self) -> str:
         return f"push {self.source} -> {self.path} ({self.size} bytes, sha256 {self.sha256[:12]})"
 
 
 def staged_marker(model: str) -> str:
-    return f"{HUB_CACHE}/.vllmctl-staged/{model}"
+    return confined_path(f"{HUB_CACHE}/.vllmctl-staged", path_component(model))
 
 
 def _hub_facts(args: Args) -> FactRequests:
@@ -107,11 +109,9 @@ def _plan_hub(args: Args, facts: Facts) -> Step:
         "model_download",
         model,
         (
-            run(
-                "install", "-d", "-m", "0755", posixpath.dirname(HELPER), HUB_CACHE, posixpath.dirname(marker)
-            ),
+            make_dirs(posixpath.dirname(HELPER), HUB_CACHE, posixpath.dirname(marker)),
             Upload(HELPER, HUB_DOWNLOAD, "0755"),
-            Command(shell=f"umask 022 && {shlex.join(argv)} >/dev/null"),
+            Command(shell=f"umask 022 && {shell_join(argv)} >/dev/null"),
             Upload(marker, content),
         ),
     )
@@ -129,9 +129,49 @@ def _sync_facts(args: Args) -> FactRequests:
     return {"model_manifests": (dest,), "disk_free": (dest,)}
 
 
+def delete_under(dest: str, names: Sequence[str]) -> Command:
+    """`rm -f` of each name only where its directory resolves on the host (symlinks followed) inside `dest`,
+    so a link planted there cannot aim the delete elsewhere; `rm` never follows the name itself."""
+    return Command(
+        shell=f"d=$(realpath -e -- {shell_word(dest)}) || exit 0; for n in {shell_join(names)}; do "
+        'p=$(realpath -m -- "$(dirname -- "$d/$n")"); case "$p/" in "$d"/*) rm -f -- "$p/${n##*/}" ;; '
+        '*) echo "not deleted: $n resolves outside $d" >&2 ;; esac; done'
+    )  # the same test as quoting.shell_resolves_under, on each name of the loop
+
+
+def _confined_names(dest: str, names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(names inside dest, names that are not), for names read back from the host's manifest."""
+    inside, outside = [], []
+    for name in names:
+        try:
+            confined_path(dest, name)
+            inside.append(name)
+        except QuotingError:
+            outside.append(name)
+    return inside, outside
+
+
+def _sync_dest(args: Args) -> str:
+    try:
+        return host_path(args["dest"])
+    except QuotingError as exc:
+        raise OpError(f"model directory: {exc.message}", "give an absolute path without `..`") from exc
+
+
+def _local_names(dest: str, files: Sequence[Mapping[str, Any]]) -> None:
+    for f in files:
+        try:
+            confined_path(dest, f["name"])
+        except QuotingError as exc:
+            raise OpError(f"model file from the controller: {exc.message}", "rename the file") from exc
+
+
 def _plan_sync(args: Args, facts: Facts) -> Step:
-    """`files`: [{name, source, sha256, size}] measured on the controller; None when the source is absent."""
-    dest = str(args["dest"])
+    """`files`: [{name, source, sha256, size}] measured on the controller; None when the source is absent.
+
+    Names in the host's manifest are host data: one that is not a relative path inside dest (`../x`,
+    `/etc/shadow`) is never deleted, only reported, and the rewritten manifest drops it."""
+    dest = _sync_dest(args)
     host: Facts = (facts.get("model_manifests") or {}).get(
         dest, {"exists": False, "recorded": {}, "seen": {}}
     )
@@ -145,26 +185,35 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
             f"model directory {dest} exists neither on the controller nor on the host",
             "fix the model's source path, or copy the model to the host yourself",
         )
+    _local_names(dest, files)
     recorded, seen = host["recorded"], host["seen"]
     stale = [
         f
         for f in files
         if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
     ]
-    gone = sorted(set(recorded) - {f["name"] for f in files})
-    if not stale and not gone and host["exists"]:
+    known, ignored = _confined_names(dest, recorded)
+    gone = sorted(set(known) - {f["name"] for f in files})
+    manifest = posixpath.join(dest, MANIFEST_NAME)
+    warnings = tuple(
+        f"{manifest} on the host names {name!r}: not a relative path inside {dest}; ignored, never deleted"
+        for name in sorted(ignored)
+    )
+    if not stale and not gone and not ignored and host["exists"]:
         return noop("model_sync", dest, f"{len(files)} files in {dest} match their sha256")
     _check_space(dest, sum(f["size"] for f in stale) / 2**20, facts, f"model files for {dest}")
     owner, group = str(args.get("owner", "root")), str(args.get("group", "root"))
     dirs = sorted({posixpath.dirname(posixpath.join(dest, f["name"])) for f in stale} | {dest})
-    actions: list[Any] = [run("install", "-d", "-m", "0755", *dirs)]
-    actions += [run("rm", "-f", "--", posixpath.join(dest, name)) for name in gone]
+    actions: list[Any] = [make_dirs(*dirs)]
+    actions += [delete_under(dest, gone)] if gone else []
     actions += [
-        PushFile(f["source"], posixpath.join(dest, f["name"]), f["size"], f["sha256"], "0644", owner, group)
+        PushFile(
+            f["source"], posixpath.join(dest, f["name"]), f["size"], f["sha256"], "0644", owner, group, dest
+        )
         for f in sorted(stale, key=lambda f: f["name"])
     ]
     actions.append(Upload(posixpath.join(dest, MANIFEST_NAME), manifest_text(files)))
-    return Step("model_sync", dest, tuple(actions))
+    return Step("model_sync", dest, tuple(actions), warnings=warnings)
 
 
 MODEL_DOWNLOAD = Operation("model_download", _hub_facts, _plan_hub, {"revision": None, "size_mib": 0})

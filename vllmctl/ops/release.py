@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
+from vllmctl.quoting import shell_word
 from vllmctl.releases import (
     COMPLETE,
     MANIFEST,
@@ -111,5 +111,5 @@ def prune_releases(release_ids: Iterable[str]) -> Step:
 
 
 def journal_tail_command(units: Iterable[str], lines: int = 40) -> Command:
-    flags = " ".join(f"-u {shlex.quote(u)}" for u in sorted(units))
+    flags = " ".join(f"-u {shell_word(u)}" for u in sorted(units))
     return Command(shell=f"journalctl {flags} -n {lines} --no-pager -o short-iso 2>&1; true")

@@ -3,24 +3,33 @@ listing the model, up to a deadline; on failure print the last journal lines. Re
 
 from __future__ import annotations
 
-from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, Upload, noop, run, sha256_text
+from vllmctl.ops.base import (
+    Args,
+    FactRequests,
+    Facts,
+    Operation,
+    Step,
+    Upload,
+    make_dirs,
+    noop,
+    run,
+    sha256_text,
+)
+from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.quoting import confined_path, http_url, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
 JOURNAL_LINES = 40
 
 # Runs with the host's python3 (stdlib only) as root, so it can read the API key from the 0600 env file.
-POLL = """\
+POLL = (
+    READ_ENV
+    + """
 import json, subprocess, sys, time, urllib.request
 base, model, deadline, unit, env_file, lines = sys.argv[1:7]
 deadline = float(deadline)
-key = ""
-try:
-    for line in open(env_file, encoding="utf-8"):
-        if line.startswith("VLLM_API_KEY="):
-            key = line.split("=", 1)[1].strip().strip('"')
-except OSError:
-    pass
+key = read_env(env_file).get("VLLM_API_KEY", "")
 headers = {"Authorization": "Bearer " + key} if key else {}
 
 
@@ -72,10 +81,11 @@ journal = ["journalctl", "-u", unit, "-n", lines, "--no-pager", "-o", "cat"]
 print(subprocess.run(journal, capture_output=True, text=True).stdout, file=sys.stderr)
 sys.exit(1)
 """
+)
 
 
 def healthy_path(unit: str) -> str:
-    return f"{STATE_DIR}/{unit}.healthy"
+    return confined_path(STATE_DIR, path_component(f"{unit}.healthy"))
 
 
 def _facts(args: Args) -> FactRequests:
@@ -90,12 +100,13 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
     if record.get("sha256") == sha256_text(applied):
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
-    base = f"http://127.0.0.1:{int(args['port'])}"
+    base = http_url("127.0.0.1", int(args["port"]))
     deadline = f"{float(args['deadline_s']):g}"
     model, env_file = str(args["model"]), str(args["env_file"])
     poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
-    helper = (run("install", "-d", "-m", "0755", HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
-    return Step("service_health", unit, (*helper, poll, Upload(healthy_path(unit), applied)))
+    helper = (make_dirs(HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
+    record = Upload(healthy_path(unit), applied, secret=True)  # a digest of the env file: never shown
+    return Step("service_health", unit, (*helper, poll, record))
 
 
 SERVICE_HEALTH = Operation("service_health", _facts, _plan_health, {"running": True, "deadline_s": 300.0})

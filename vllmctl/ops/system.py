@@ -4,13 +4,14 @@ and a Python venv."""
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
+from vllmctl.quoting import confined_path, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 NOLOGIN = "/usr/sbin/nologin"
 
 
 def applied_path(unit: str) -> str:
-    return f"{STATE_DIR}/{unit}.applied"
+    return confined_path(STATE_DIR, path_component(f"{unit}.applied"))
 
 
 def _user_facts(args: Args) -> FactRequests:
@@ -61,7 +62,8 @@ def _plan_service(args: Args, facts: Facts) -> Step:
     if args["running"]:
         if not active or recorded != args["applied"]:
             actions.append(run("systemctl", "restart", name))
-            actions.append(Upload(applied_path(name), str(args["applied"])))
+            # the record digests the env file: shown, even a short digest lets a short API key be guessed
+            actions.append(Upload(applied_path(name), str(args["applied"]), secret=True))
     else:
         if active:
             actions.append(run("systemctl", "stop", name))

@@ -5,13 +5,12 @@ then `cluster_release.deploy_group` with the engine). With --check: what that wo
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
-from vllmctl.desired import env_path
+from vllmctl.desired import env_path, index_credentials
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, serving_unchanged
@@ -20,6 +19,7 @@ from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
 from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
+from vllmctl.quoting import shell_word
 from vllmctl.releases import HostReleases
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
@@ -121,6 +121,8 @@ class GroupApplyOptions:
     # model -> sha256 of the env file the per-host tasks write on its head: what --check compares with the
     # engine's last start (a real run reads the file they wrote)
     engine_env: Mapping[str, str] = field(default_factory=dict)
+    # secret name -> value: a package index's credentials for Ray's install (never argv)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 def apply_groups(
@@ -181,7 +183,8 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         return GroupRun(plan.model, group, nodes, "would_change", release, tuple(changes), diffs=diffs)
     locked = lock_group(inv, nodes, opts.gate)  # before Ray goes into the venvs
     try:
-        prepare_nodes(inv, plan, engine, engine.index_url, log)
+        credentials = opts.secrets.get(index_credentials(engine) or "")
+        prepare_nodes(inv, plan, engine, engine.index_url, log, credentials)
         report = run_preflight(inv, model, plan.cluster, engine, timeout_s=opts.timeout_s)
         if not report.ok:
             problems = (*(p.render() for p in report.problems), "nothing was started")
@@ -209,7 +212,7 @@ def unit_diffs(
             if digest == sha256_text(text):
                 continue
             path = f"{UNIT_DIR}/{unit}"
-            old = nodes.shell(node, f"cat -- {shlex.quote(path)}") if digest is not None else ""
+            old = nodes.shell(node, f"cat -- {shell_word(path)}") if digest is not None else ""
             diffs.append(unified_diff(f"{node}:{path}", old, text))
     return tuple(diffs)
 

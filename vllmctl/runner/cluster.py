@@ -31,6 +31,7 @@ from vllmctl.multinode.preflight import (
     stop_listener_argv,
 )
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
+from vllmctl.quoting import redact_text
 from vllmctl.runner.fleet import fan_out
 from vllmctl.transport import SshTransport
 
@@ -120,18 +121,25 @@ def node_facts(
     return {host: answer for host, answer in found.items() if not isinstance(answer, VllmctlError)}
 
 
-def _must(transport: SshTransport, command: str | list[str], what: str, timeout_s: float) -> str:
-    result = transport.run(command, sudo=True, timeout=timeout_s)
+def _must(
+    transport: SshTransport, command: str | list[str], what: str, timeout_s: float, stdin: bytes = b""
+) -> str:
+    result = transport.run(command, sudo=True, timeout=timeout_s, stdin=stdin or None)
     if not result.ok:
         raise VllmctlError(
             f"{transport.host.name}: {what} failed (exit {result.exited})",
-            f"stderr: {(result.stderr or result.stdout).strip()[-800:] or '(none)'}",
+            f"stderr: {redact_text((result.stderr or result.stdout).strip())[-800:] or '(none)'}",
         )
     return result.stdout
 
 
 def prepare_nodes(
-    inv: Inventory, plan: ClusterPlan, engine: EngineSpec, index_url: str | None, log: Log
+    inv: Inventory,
+    plan: ClusterPlan,
+    engine: EngineSpec,
+    index_url: str | None,
+    log: Log,
+    credentials: str | None = None,
 ) -> None:
     """Provisioning only (nothing starts): the service user, Ray's directory, Ray in the engine venv."""
     cluster = plan.cluster
@@ -140,7 +148,9 @@ def prepare_nodes(
         transport = SshTransport(inv.hosts[host])
         try:
             _must(transport, bringup.node_setup_script(), "service user and Ray directory", 60)
-            _must(transport, bringup.ray_install_script(engine, cluster, index_url), "installing ray", 900)
+            script = bringup.ray_install_script(engine, cluster, index_url, credentials)
+            stdin = bringup.ray_install_stdin(index_url, credentials)
+            _must(transport, script, "installing ray", 900, stdin)
         finally:
             transport.close()
 

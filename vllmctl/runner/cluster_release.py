@@ -5,16 +5,16 @@ the engine healthy) and, when it fails, re-activates the group's known-good rele
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from vllmctl.bench import SmokeBench
 from vllmctl.desired import env_path, unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.gate import EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthResult, Progress
+from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup
 from vllmctl.multinode.group_ops import (
@@ -44,7 +44,8 @@ from vllmctl.multinode.group_release import (
 )
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops.release import journal_tail_command
-from vllmctl.release_gate import EngineExitedError, HealthCheck, SmokeBench, smoke_bench, wait_for_health
+from vllmctl.quoting import shell_word
+from vllmctl.release_gate import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.releases import release_endpoints
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 
@@ -62,6 +63,7 @@ class GroupGateOptions:
     health_timeout_s: float = FLOOR_S
     health: HealthCheck = wait_for_health
     bench: SmokeBench = smoke_bench
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)  # model -> its engine's API key
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,7 @@ def check_engine(
     nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log, bench: bool
 ) -> Verdict:
     head = manifest.head
-    show = f"systemctl show -p {ENGINE_SHOW} -- {shlex.quote(engine_unit)}"
+    show = f"systemctl show -p {ENGINE_SHOW} -- {shell_word(engine_unit)}"
     before = engine_restarts(nodes.shell(head, show, sudo=False))
 
     def watch(_progress: Progress) -> None:
@@ -236,11 +238,12 @@ def check_engine(
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
     for model, url in release_endpoints(manifest, nodes.transports[head].host.address):
-        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch)
+        key = opts.api_keys.get(model)
+        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
         if not health.ok:
             errors = journal_errors(nodes.shell(head, engine_journal_command(engine_unit, since)))
-        report = opts.bench(url, model) if bench and health.ok else None
+        report = opts.bench(url, model, api_key=key) if bench and health.ok else None
         slo = manifest.models.get(model, {}).get("slo", {})
         checks.append(EndpointCheck(model, health, report, slo, tail))
     verdict = decide(checks, require_bench=bench)

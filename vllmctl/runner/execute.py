@@ -15,6 +15,7 @@ from vllmctl.desired import HostContext, OpCall
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Step
 from vllmctl.playbooks import Phase, Playbook
+from vllmctl.quoting import redact_text
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
@@ -46,7 +47,7 @@ Event = Callable[[str, str, str], None]  # host, phase, what is happening
 
 
 def _tail(text: str) -> str:
-    text = text.strip()
+    text = redact_text(text.strip())  # a tool may print its index URL, credentials included
     return text if len(text) <= TAIL else "…" + text[-TAIL:]
 
 

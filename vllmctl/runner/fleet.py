@@ -7,7 +7,7 @@ import getpass
 import json
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext, ModelPlan, Replica
+from vllmctl.desired import HostContext, ModelPlan, Replica, api_key_secret
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import with_planned_clusters
@@ -46,9 +46,13 @@ def select_hosts(inventory: Inventory, limit: str | None) -> list[str]:
     return [name for name in inventory.hosts if name in wanted]
 
 
-def resolve_secrets(inventory: Inventory, environ: Mapping[str, str]) -> dict[str, str]:
+def resolve_secrets(
+    inventory: Inventory, environ: Mapping[str, str], only: Collection[str] | None = None
+) -> dict[str, str]:
     values: dict[str, str] = {}
     for name, ref in inventory.secrets.items():
+        if only is not None and name not in only:
+            continue
         if ref.env:
             if ref.env not in environ:
                 raise InputError(
@@ -63,6 +67,14 @@ def resolve_secrets(inventory: Inventory, environ: Mapping[str, str]) -> dict[st
                     f"secret {name}: cannot read {ref.file}: {exc.strerror}", "fix the path"
                 ) from exc
     return values
+
+
+def api_keys(inventory: Inventory, environ: Mapping[str, str]) -> dict[str, str]:
+    """Model -> the API key its engine requires (`api_key: {secret: NAME}`), read on the controller so the
+    gate, rollback and `vllmctl bench` can send it; only those secrets are read."""
+    wanted = {m.name: api_key_secret(m.engine_args) for m in inventory.models.values()}
+    values = resolve_secrets(inventory, environ, {s for s in wanted.values() if s})
+    return {model: values[secret] for model, secret in wanted.items() if secret in values}
 
 
 def host_contexts(

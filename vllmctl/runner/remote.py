@@ -5,7 +5,6 @@ The lock is an atomic `mkdir` with an owner file; the audit line is appended whe
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -15,6 +14,7 @@ from vllmctl.facts.script import build_script, parse_sections
 from vllmctl.ops import Action, Command, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
+from vllmctl.quoting import shell_word
 from vllmctl.transport import Result, SshTransport
 
 LOCK_DIR = "/var/lib/vllmctl/lock"
@@ -59,10 +59,10 @@ def _refuse_if_held() -> str:
 
 def lock_script(owner: str, break_lock: bool) -> str:
     return (
-        f"mkdir -p {shlex.quote(LOCK_DIR.rsplit('/', 1)[0])}\n"
+        f"mkdir -p {shell_word(LOCK_DIR.rsplit('/', 1)[0])}\n"
         + (f"rm -rf {LOCK_DIR}\n" if break_lock else "")
         + f"if ! mkdir {LOCK_DIR} 2>/dev/null; {_refuse_if_held()}"
-        + f"printf '%s\\n' {shlex.quote(owner)} > {LOCK_DIR}/owner\n"
+        + f"printf '%s\\n' {shell_word(owner)} > {LOCK_DIR}/owner\n"
     )
 
 
@@ -111,7 +111,14 @@ class SshRemote:
     def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:
         if isinstance(action, PushFile):
             return self.transport.put_file(
-                action.source, action.path, action.sha256, action.mode, action.owner, action.group, timeout
+                action.source,
+                action.path,
+                action.sha256,
+                action.mode,
+                action.owner,
+                action.group,
+                timeout,
+                root=action.root,
             )
         if isinstance(action, WaitForReboot):
             return self._wait_for_reboot(action.boot_id, min(timeout, action.timeout_s))
@@ -120,7 +127,8 @@ class SshRemote:
                 action.content.encode(), action.path, action.mode, action.owner, action.group, timeout=timeout
             )
         assert isinstance(action, Command)
-        return self.transport.run(action.render(), sudo=action.sudo, timeout=timeout)
+        stdin = action.stdin or None
+        return self.transport.run(action.render(), sudo=action.sudo, timeout=timeout, stdin=stdin)
 
     def _wait_for_reboot(self, old_boot_id: str, timeout: float) -> Result:
         """The host is going down: reconnect until it answers with another boot id, or time out."""

@@ -31,6 +31,7 @@ class StepResult:
             "error": self.error or None,
             "stderr_tail": self.stderr_tail or None,
             "diff": self.diff or None,
+            "warnings": list(self.step.warnings) or None,
         }
 
 

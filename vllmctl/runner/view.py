@@ -56,6 +56,8 @@ def show_plan(ui: Ui, result: RunResult, verbose: bool = False) -> None:
     verb = "would change" if result.check else "changed"
     for name, host in result.hosts.items():
         for step in host.steps:
+            for warning in step.step.warnings:
+                ui.warn(f"{name}: {step.step.op} {step.step.target}: {warning}")
             if step.status == "ok":
                 if verbose:
                     ui.data(f"{name}: ok: {step.step.op} {step.step.target}: {step.step.noop}")
