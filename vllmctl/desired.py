@@ -144,17 +144,14 @@ def api_key_secret(engine_args: Mapping[str, Any]) -> str | None:
 
 
 def index_credentials(engine: EngineSpec) -> str | None:
-    """The secret holding a package index's USER:PASSWORD (`engine.index_credentials`, added by the
-    validate-time half of #17; absent on an EngineSpec without it)."""
-    name = getattr(engine, "index_credentials", None)
-    return str(name) if name else None
+    """The secret holding a package index's USER:PASSWORD (`engine.index_credentials`)."""
+    return engine.index_credentials or None
 
 
 def env_secrets(ctx: HostContext, model: ModelDeployment) -> dict[str, str]:
-    """The secrets that reach `model`'s env file: those the inventory gives it (`Inventory.secrets_for`
-    where it exists), never a package index's credentials (pip gets them through stdin, the engine never)."""
-    for_model = getattr(ctx.inventory, "secrets_for", None)
-    wanted = set(for_model(model.name)) if for_model is not None else set(ctx.secrets)
+    """The secrets that reach `model`'s env file: those the inventory gives it (`Inventory.secrets_for`),
+    never a package index's credentials (pip gets them through stdin, the engine never)."""
+    wanted = set(ctx.inventory.secrets_for(model.name))
     engines = [ctx.host.engine, *(m.engine for m in ctx.inventory.models.values() if m.engine)]
     wanted -= {index_credentials(engine) for engine in engines}
     return {name: value for name, value in ctx.secrets.items() if name in wanted}

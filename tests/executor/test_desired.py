@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,13 +10,14 @@ from executor_builders import inventory, model
 
 from vllmctl.desired import PENDING_TASKS, STATE_DIR, HostContext, ModelPlan, Replica, expand, render_unit
 from vllmctl.errors import InvalidInputError, VllmctlError
-from vllmctl.inventory.model import EngineSpec
+from vllmctl.inventory.model import EngineSpec, SecretRef
 from vllmctl.playbooks import load_playbook, parse_playbook
 from vllmctl.runner.plan import plan_phase, playbook_requests
 
 
 def _ctx(**plans: ModelPlan) -> HostContext:
     inv = inventory(["gpu-1"], {"llama": model("llama", ("gpu-1",), source="/srv/my models/llama $1")})
+    inv = replace(inv, secrets={"HF_TOKEN": SecretRef("HF_TOKEN", env="HF_TOKEN")})  # reaches every model
     return HostContext(inv, inv.hosts["gpu-1"], plans, {"HF_TOKEN": "hf_secret"})
 
 

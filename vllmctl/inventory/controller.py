@@ -6,13 +6,13 @@ parsing stays pure and these checks run only when `validate` asks for them.
 from __future__ import annotations
 
 import os
-import shlex
 import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from vllmctl.inventory.checks import mapping
 from vllmctl.inventory.values import bare_address, system_directory
+from vllmctl.quoting import shell_word
 
 if TYPE_CHECKING:
     from vllmctl.errors import Location
@@ -67,7 +67,7 @@ def check_controller(checker: Checker, files: ControllerFiles) -> None:
                 address, port = str(merged.get("address")), ssh.get("port", 22)
                 missing_known.setdefault((where, known), []).append((bare_address(address), port))
             elif found.st_mode & stat.S_IWOTH:
-                hint = f"chmod 644 {shlex.quote(files.expand(known))}"
+                hint = f"chmod 644 {shell_word(files.expand(known))}"
                 checker.add_at(
                     where, f"known_hosts {known} is writable by anyone (mode {_mode(found)})", hint
                 )
@@ -95,9 +95,9 @@ def _keyscan_hint(known: str, hosts: list[tuple[str, int]]) -> str:
             by_port[port].append(address)
     commands = []
     for port, addresses in by_port.items():
-        listed = " ".join(shlex.quote(a) for a in addresses[:MAX_LISTED])
+        listed = " ".join(shell_word(a) for a in addresses[:MAX_LISTED])
         more = f" (and {len(addresses) - MAX_LISTED} more hosts)" if len(addresses) > MAX_LISTED else ""
-        commands.append(f"ssh-keyscan -p {port} {listed} >> {shlex.quote(known)}{more}")
+        commands.append(f"ssh-keyscan -p {port} {listed} >> {shell_word(known)}{more}")
     return "; ".join(commands) + ", then check the fingerprints with each host's owner"
 
 
@@ -105,13 +105,13 @@ def _identity_file(checker: Checker, files: ControllerFiles, where: Location, pa
     real = files.expand(path)
     found = files.stat(real)
     if found is None:
-        hint = f"create it with `ssh-keygen -t ed25519 -f {shlex.quote(real)}`, or fix the path"
+        hint = f"create it with `ssh-keygen -t ed25519 -f {shell_word(real)}`, or fix the path"
         checker.add_at(where, f"identity_file {path} does not exist", hint)
     elif found.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         message = (
             f"identity_file {path} is open to other users (mode {_mode(found)}); OpenSSH refuses such a key"
         )
-        checker.add_at(where, message, f"chmod 600 {shlex.quote(real)}")
+        checker.add_at(where, message, f"chmod 600 {shell_word(real)}")
 
 
 def _secret_file(checker: Checker, files: ControllerFiles, where: Location, path: str) -> None:
@@ -121,7 +121,7 @@ def _secret_file(checker: Checker, files: ControllerFiles, where: Location, path
         checker.add_at(where, f"secret file {path} does not exist", "create it (mode 600), or fix the path")
     elif found.st_mode & (stat.S_IROTH | stat.S_IWOTH):
         message = f"secret file {path} is readable or writable by anyone (mode {_mode(found)})"
-        checker.add_at(where, message, f"chmod 600 {shlex.quote(real)}")
+        checker.add_at(where, message, f"chmod 600 {shell_word(real)}")
 
 
 def _pushed_folder(checker: Checker, files: ControllerFiles, where: Location, path: str) -> None:
@@ -141,7 +141,7 @@ def _pushed_folder(checker: Checker, files: ControllerFiles, where: Location, pa
 
 def why_hint(why: str, real: str) -> str:
     if why.startswith(real + " is world-writable"):
-        return f"chmod o-w {shlex.quote(real)}"
+        return f"chmod o-w {shell_word(real)}"
     return "keep the folder under a directory only you (or root) can write, e.g. /srv/models"
 
 
