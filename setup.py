@@ -1,5 +1,5 @@
 """Ships the repository's top-level templates/ and playbooks/ inside the wheel as vllmctl/_shipped/, where
-`vllmctl.render` and `vllmctl.playbooks` look first when vllmctl is installed from a wheel."""
+`vllmctl.render.templates` and `vllmctl.tasks.playbooks` look first when vllmctl is installed from a wheel."""
 
 import shutil
 from pathlib import Path

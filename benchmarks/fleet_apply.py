@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from vllmctl.desired import HostContext, render_env, render_unit
 from vllmctl.inventory import load_inventory
 from vllmctl.lab.testing import start_fleet, stop_fleet
+from vllmctl.tasks.desired import HostContext, render_env, render_unit
 
 MODEL = {"source": "/srv/models/tiny", "port": 8000}
 DIRS = ["/etc/vllmctl", "/var/lib/vllmctl", "/var/lib/vllmctl/state", "/var/lib/vllmctl/releases",

@@ -25,7 +25,6 @@ sys.path.insert(0, str(REPO / "tests" / "releases"))  # the temp-dir host the re
 
 from local_remote import LocalRemote  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 
-from vllmctl.desired import HostContext  # noqa: E402
 from vllmctl.inventory.model import (  # noqa: E402
     DriverSpec,
     EngineSpec,
@@ -37,7 +36,8 @@ from vllmctl.inventory.model import (  # noqa: E402
 from vllmctl.lab import tinymodel, wheelhouse  # noqa: E402
 from vllmctl.lab.local_engine import free_port  # noqa: E402
 from vllmctl.ops import Command  # noqa: E402
-from vllmctl.release_gate import GateOptions, desired_manifest, gate_host  # noqa: E402
+from vllmctl.runner.release import GateOptions, desired_manifest, gate_host  # noqa: E402
+from vllmctl.tasks.desired import HostContext  # noqa: E402
 
 # `start` runs the unit's ExecStart (venv path moved under $ROOT) in its own process group; `show` reports
 # a unit whose process is gone as failed, as systemd would once its restarts are spent.

@@ -16,7 +16,7 @@ import paramiko
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import Host
-from vllmctl.quoting import host_path, shell_join, shell_resolves_under, shell_word
+from vllmctl.render.quoting import host_path, shell_join, shell_resolves_under, shell_word
 
 TAIL_CHARS = 2000
 

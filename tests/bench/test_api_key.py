@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from vllmctl.bench import LoadSpec, benchmark_endpoint
+from vllmctl.bench.health import wait_healthy
 from vllmctl.cli import main
-from vllmctl.desired import HostContext
-from vllmctl.health import wait_healthy
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.release_gate import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.tasks.desired import HostContext
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "releases"))
 from local_remote import LocalRemote

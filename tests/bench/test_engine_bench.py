@@ -32,7 +32,7 @@ def test_bench_against_real_vllm_gives_exact_token_counts_and_sane_latencies(vll
 def test_health_poller_sees_the_real_server_ready_and_a_wrong_model_not(vllm_server: Any) -> None:
     import time
 
-    from vllmctl.health import wait_healthy
+    from vllmctl.bench.health import wait_healthy
 
     ready = wait_healthy(vllm_server.base_url, vllm_server.model_id, 10.0, time.monotonic, time.sleep)
     assert ready.ok and ready.attempts == 1

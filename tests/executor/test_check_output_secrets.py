@@ -10,11 +10,11 @@ import string
 from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
-from vllmctl.desired import HostContext, applied_hash, render_env
 from vllmctl.ops import sha256_text
-from vllmctl.playbooks import parse_playbook
 from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.fleet import host_contexts
+from vllmctl.tasks.desired import HostContext, applied_hash, render_env
+from vllmctl.tasks.playbooks import parse_playbook
 
 KEY = "qz"  # two letters: 676 guesses
 PLAYBOOK = parse_playbook(

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from vllmctl.desired import render_unit
 from vllmctl.errors import PlanError
 from vllmctl.inventory import load_inventory
 from vllmctl.runner.fleet import deployment_plans, host_contexts
+from vllmctl.tasks.desired import render_unit
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,11 +8,19 @@ from pathlib import Path
 import pytest
 from executor_builders import inventory, model
 
-from vllmctl.desired import PENDING_TASKS, STATE_DIR, HostContext, ModelPlan, Replica, expand, render_unit
 from vllmctl.errors import InvalidInputError, VllmctlError
 from vllmctl.inventory.model import EngineSpec, SecretRef
-from vllmctl.playbooks import load_playbook, parse_playbook
 from vllmctl.runner.plan import plan_phase, playbook_requests
+from vllmctl.tasks.desired import (
+    PENDING_TASKS,
+    STATE_DIR,
+    HostContext,
+    ModelPlan,
+    Replica,
+    expand,
+    render_unit,
+)
+from vllmctl.tasks.playbooks import load_playbook, parse_playbook
 
 
 def _ctx(**plans: ModelPlan) -> HostContext:
@@ -112,7 +120,7 @@ def test_a_secret_engine_arg_sglang_cannot_read_from_the_environment_is_refused(
 
 
 def test_registering_a_pending_task_makes_it_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllmctl import desired
+    from vllmctl.tasks import desired
 
     monkeypatch.setitem(desired.TASKS, "driver_install", lambda ctx, params: [])
     text = "phases:\n  - name: drivers\n    tasks:\n      - task: driver_install\n"

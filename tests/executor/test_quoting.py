@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from systemd_syntax import Unsafe, env_file, environment_assignments, exec_argv, unit_settings
 
-from vllmctl.quoting import (
+from vllmctl.render.quoting import (
     QuotingError,
     confined_path,
     env_file_line,

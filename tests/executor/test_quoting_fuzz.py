@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from systemd_syntax import env_file, environment_assignments, exec_argv, resolve_specifiers, unit_settings
 
-from vllmctl import desired
-from vllmctl.desired import HostContext, ModelPlan, Replica, render_env, render_unit
 from vllmctl.facts.disk import disk_free_command, manifest_command
 from vllmctl.facts.state import paths_command
 from vllmctl.inventory.model import (
@@ -39,8 +37,10 @@ from vllmctl.ops import Command, OpError, Upload
 from vllmctl.ops.env_reader import READ_ENV
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC, PushFile, delete_under
 from vllmctl.ops.release import journal_tail_command
-from vllmctl.quoting import QuotingError, confined_path, http_url
-from vllmctl.render import RenderError
+from vllmctl.render.quoting import QuotingError, confined_path, http_url
+from vllmctl.render.templates import RenderError
+from vllmctl.tasks import desired
+from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, render_env, render_unit
 from vllmctl.transport import SshTransport
 
 PIECES = [

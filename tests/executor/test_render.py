@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllmctl.quoting import unit_exec
-from vllmctl.render import RenderError, engine_flags, render_string
+from vllmctl.render.quoting import unit_exec
+from vllmctl.render.templates import RenderError, engine_flags, render_string
 
 
 def test_engine_flags_spelling() -> None:

@@ -9,11 +9,11 @@ import pytest
 from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
-from vllmctl.desired import HostContext
 from vllmctl.errors import InputError
-from vllmctl.playbooks import parse_playbook
 from vllmctl.runner import RunOptions, RunResult, run_playbook
 from vllmctl.runner.fleet import host_contexts, select_hosts
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import parse_playbook
 
 PLAYBOOK = parse_playbook(
     "name: t\nphases:\n"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllmctl.advice import Advice, advise
-from vllmctl.metrics import EngineMetrics, Rates, parse_metrics, rates
+from vllmctl.status.advice import Advice, advise
+from vllmctl.status.metrics import EngineMetrics, Rates, parse_metrics, rates
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm_cpu"
 HERE = Path(__file__).parent / "data"

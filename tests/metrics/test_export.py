@@ -10,8 +10,8 @@ import yaml
 
 from vllmctl import cli
 from vllmctl.commands.export import scrape_config, service_discovery
-from vllmctl.desired import ModelPlan, Replica
 from vllmctl.inventory import load_inventory
+from vllmctl.tasks.desired import ModelPlan, Replica
 
 INVENTORY = """\
 vllmctl: 1

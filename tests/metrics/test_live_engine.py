@@ -13,8 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllmctl.advice import advise
-from vllmctl.metrics import EngineMetrics, parse_metrics, parse_startup_log, rates
+from vllmctl.status.advice import advise
+from vllmctl.status.metrics import EngineMetrics, parse_metrics, parse_startup_log, rates
 
 if TYPE_CHECKING:
     from vllmctl.lab.local_engine import ServeLocalVllm

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllmctl.metrics import (
+from vllmctl.status.metrics import (
     EngineMetrics,
     HistogramSummary,
     MeasuredKv,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from vllmctl.advice import advise
-from vllmctl.metrics import EngineMetrics, Rates, parse_metrics
-from vllmctl.status_view import (
+from vllmctl.status.advice import advise
+from vllmctl.status.metrics import EngineMetrics, Rates, parse_metrics
+from vllmctl.status.view import (
     COLUMNS,
     HEADERS,
     ModelStatus,

@@ -7,10 +7,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from vllmctl.desired import HostContext
 from vllmctl.inventory.model import ClusterSpec, Inventory
-from vllmctl.multinode.group_release import GroupManifest, GroupSpec, group_manifests
-from vllmctl.releases import HostReleases, Release
+from vllmctl.releases.group import GroupManifest, GroupSpec, group_manifests
+from vllmctl.releases.host import HostReleases, Release
 from vllmctl.runner.apply_groups import (
     GroupApplyOptions,
     GroupRun,
@@ -21,6 +20,7 @@ from vllmctl.runner.apply_groups import (
 )
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.fleet import load_model_archs, planned_inventory
+from vllmctl.tasks.desired import HostContext
 
 Load = Callable[[str], Inventory]
 RAY, ENGINE = "vllmctl-ray-big.service", "vllmctl-big-model-0.service"

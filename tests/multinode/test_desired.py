@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from vllmctl.desired import HostContext, expand
 from vllmctl.inventory.model import Inventory
+from vllmctl.tasks.desired import HostContext, expand
 
 Load = Callable[[str], Inventory]
 

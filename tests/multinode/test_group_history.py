@@ -15,13 +15,13 @@ import pytest
 
 from vllmctl.commands import history, rollback
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext
 from vllmctl.errors import InputError, TransportError, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_history import GroupNodes, group_history_rows, select_groups
-from vllmctl.multinode.group_release import GroupManifest
-from vllmctl.releases import HostReleases, Release
+from vllmctl.releases.group import GroupManifest
+from vllmctl.releases.group_history import GroupNodes, group_history_rows, select_groups
+from vllmctl.releases.host import HostReleases, Release
+from vllmctl.tasks.desired import HostContext
 
 NODES = ("gpu-01", "gpu-02")
 BASE = """\

@@ -4,8 +4,8 @@ node, never a release any node's `current` or `known-good` names; the step as ex
 from __future__ import annotations
 
 from vllmctl.multinode.group_ops import prune_step
-from vllmctl.multinode.group_release import group_prune_candidates
-from vllmctl.releases import HostReleases, Manifest, Release
+from vllmctl.releases.group import group_prune_candidates
+from vllmctl.releases.host import HostReleases, Manifest, Release
 
 NODES = ("gpu-01", "gpu-02")
 

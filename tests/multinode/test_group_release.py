@@ -27,7 +27,9 @@ from vllmctl.multinode.group_ops import (
     unit_state_script,
     verdict_step,
 )
-from vllmctl.multinode.group_release import (
+from vllmctl.multinode.plan import plan_cluster
+from vllmctl.ops import Upload, sha256_text
+from vllmctl.releases.group import (
     GroupManifest,
     GroupSpec,
     group_known_good,
@@ -37,9 +39,7 @@ from vllmctl.multinode.group_release import (
     parse_group_listing,
     unchanged,
 )
-from vllmctl.multinode.plan import plan_cluster
-from vllmctl.ops import Upload, sha256_text
-from vllmctl.releases import HostReleases, Release, ReleaseError, listing_command, pointer_switch
+from vllmctl.releases.host import HostReleases, Release, ReleaseError, listing_command, pointer_switch
 
 VENV = "/opt/vllmctl/venvs/vllm-0.11.0"
 RAY = "vllmctl-ray-big.service"

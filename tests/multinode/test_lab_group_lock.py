@@ -18,8 +18,8 @@ import yaml
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.lab.testing import LabFleet, LabHostInfo
-from vllmctl.multinode.group_release import group_spec
 from vllmctl.multinode.plan import plan_cluster
+from vllmctl.releases.group import group_spec
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group
 
 pytestmark = pytest.mark.lab

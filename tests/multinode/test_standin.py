@@ -16,7 +16,7 @@ import pytest
 from standin_wheel import SOURCE, ensure_standin_wheel
 
 from vllmctl.bench.sse import SseParser, classify
-from vllmctl.metrics import parse_metrics
+from vllmctl.status.metrics import parse_metrics
 
 
 def load_answers() -> ModuleType:

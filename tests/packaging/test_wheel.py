@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = """
-import vllmctl.playbooks as p, vllmctl.render as r
+import vllmctl.tasks.playbooks as p, vllmctl.render.templates as r
 print(r.templates_dir()); print(p.playbooks_dir()); print(p.resolve("site"))
 """
 

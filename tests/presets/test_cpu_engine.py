@@ -13,9 +13,9 @@ import pytest
 
 from vllmctl import cli
 from vllmctl.catalog.loader import load_arch
-from vllmctl.desired import Replica, render_unit
 from vllmctl.inventory.model import Inventory
 from vllmctl.runner.fleet import cpu_engine_plans, deployment_plans, host_contexts
+from vllmctl.tasks.desired import Replica, render_unit
 
 from .conftest import Load
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from vllmctl.desired import HostContext, render_env
 from vllmctl.inventory.model import (
     DriverSpec,
     EngineSpec,
@@ -30,8 +29,9 @@ from vllmctl.inventory.model import (
 from vllmctl.ops import Command
 from vllmctl.ops import engine as engine_ops
 from vllmctl.ops.provision import PROVISION_OPERATIONS
-from vllmctl.provision_tasks import PROVISION_TASKS
 from vllmctl.runner.execute import _tail
+from vllmctl.tasks.desired import HostContext, render_env
+from vllmctl.tasks.provision import PROVISION_TASKS
 
 USER, PASSWORD = "ci-bot", "s3cr%t:p@ss"  # characters that need percent-encoding in a URL
 URL_PASSWORD = "s3cr%25t%3Ap%40ss"

@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from vllmctl import desired
-from vllmctl.desired import HostContext, ModelPlan, Replica, render_env, render_unit
 from vllmctl.inventory.model import (
     ClusterSpec,
     DriverSpec,
@@ -32,6 +30,8 @@ from vllmctl.inventory.model import (
 )
 from vllmctl.lab.testing import LabFleet, LabHostInfo
 from vllmctl.multinode.units import RAY_DIR, ray_unit_name, render_ray_unit
+from vllmctl.tasks import desired
+from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, render_env, render_unit
 
 pytestmark = pytest.mark.lab
 

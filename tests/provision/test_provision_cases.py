@@ -15,7 +15,7 @@ from vllmctl.ops import Command, OpError, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import HUB_DOWNLOAD, PushFile
 from vllmctl.ops.provision import PROVISION_OPERATIONS
-from vllmctl.quoting import env_file_line
+from vllmctl.render.quoting import env_file_line
 
 HERE = Path(__file__).parent
 OP_CASES = sorted((HERE / "ops").glob("*/*.json"))

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllmctl.desired import HostContext
 from vllmctl.inventory.model import (
     DriverSpec,
     EngineSpec,
@@ -17,9 +16,10 @@ from vllmctl.inventory.model import (
     ModelDeployment,
     SshSettings,
 )
-from vllmctl.playbooks import load_playbook, with_task_params
-from vllmctl.provision_tasks import PROVISION_TASKS
-from vllmctl.staging import local_manifest
+from vllmctl.runner.staging import local_manifest
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import load_playbook, with_task_params
+from vllmctl.tasks.provision import PROVISION_TASKS
 
 ODD_PATH = '/srv/models/tiny; it\'s "q" $HOME 100%'
 

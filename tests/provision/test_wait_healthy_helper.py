@@ -14,7 +14,7 @@ import pytest
 
 from vllmctl.ops.env_reader import READ_ENV
 from vllmctl.ops.service_start import POLL
-from vllmctl.quoting import env_file_line
+from vllmctl.render.quoting import env_file_line
 
 KEY = 'k"e\\y$HOME`id` %s'  # every character the env file escapes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllmctl.releases import HostReleases, Manifest, Release
+from vllmctl.releases.host import HostReleases, Manifest, Release
 
 VENV = "/opt/vllmctl/venvs/vllm-0.11.0"
 

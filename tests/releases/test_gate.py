@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vllmctl.bench import EndpointReport, RequestResult, summarize
-from vllmctl.gate import EndpointCheck, decide
-from vllmctl.health import HealthResult
+from vllmctl.bench.health import HealthResult
+from vllmctl.releases.gate import EndpointCheck, decide
 
 HEALTHY = HealthResult(ok=True, elapsed_s=12.3, attempts=5, stage="ready")
 TIMED_OUT = HealthResult(

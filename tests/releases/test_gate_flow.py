@@ -11,12 +11,12 @@ import pytest
 from local_remote import LocalRemote
 
 from vllmctl.bench import EndpointReport, RequestResult, summarize
-from vllmctl.desired import HostContext
-from vllmctl.health import HealthResult
+from vllmctl.bench.health import HealthResult
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.ops import Command
 from vllmctl.ops.release import create_release
-from vllmctl.release_gate import (
+from vllmctl.releases.host import pointer_switch
+from vllmctl.runner.release import (
     GateOptions,
     desired_manifest,
     exited_units,
@@ -26,7 +26,7 @@ from vllmctl.release_gate import (
     wait_for_health,
     watch_units,
 )
-from vllmctl.releases import pointer_switch
+from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"
 VENV = "/opt/vllmctl/venvs/vllm-0.11.0"

@@ -11,7 +11,7 @@ import pytest
 
 from vllmctl.lab.testing import LabFleet
 from vllmctl.ops.service_start import HELPER, POLL
-from vllmctl.release_gate import exited_units
+from vllmctl.runner.release import exited_units
 
 pytestmark = pytest.mark.lab
 

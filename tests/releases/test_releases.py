@@ -14,7 +14,7 @@ from builders import VENV, host_state, manifest
 
 from vllmctl.commands.history import history_rows
 from vllmctl.errors import InputError
-from vllmctl.releases import (
+from vllmctl.releases.host import (
     RELEASES_DIR,
     VENVS_DIR,
     ReleaseError,

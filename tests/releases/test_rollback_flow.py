@@ -13,15 +13,15 @@ import pytest
 from builders import VENV, manifest
 from local_remote import LocalRemote
 
+from vllmctl.bench.health import HealthResult
 from vllmctl.commands import history, rollback
 from vllmctl.commands.rollback import roll_back_host
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext
-from vllmctl.health import HealthResult
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
-from vllmctl.release_gate import GateOptions, HealthCheck, read_releases
-from vllmctl.releases import Manifest, ReleaseError
+from vllmctl.releases.host import Manifest, ReleaseError
+from vllmctl.runner.release import GateOptions, HealthCheck, read_releases
+from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"
 

@@ -11,11 +11,11 @@ import pytest
 from local_remote import LocalRemote
 from test_gate_flow import VENV, apply_units, health, opts
 
-from vllmctl.desired import HostContext
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.playbooks import Phase, Playbook
-from vllmctl.release_gate import gate_host, read_releases
 from vllmctl.runner import RunOptions, run_playbook
+from vllmctl.runner.release import gate_host, read_releases
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import Phase, Playbook
 
 if "after_host" not in RunOptions.__dataclass_fields__:
     pytest.skip("the runner's after_host hook is not merged yet", allow_module_level=True)
@@ -74,7 +74,7 @@ def test_gate_runs_under_the_lock_and_a_failed_canary_stops_the_rollout(tmp_path
 
 def test_only_playbooks_that_start_services_are_gated() -> None:
     from vllmctl.commands.apply import gates
-    from vllmctl.playbooks import load_playbook
+    from vllmctl.tasks.playbooks import load_playbook
 
     assert gates(load_playbook("site"))
     assert not gates(load_playbook("units"))  # writes units with start: false; nothing would become healthy

@@ -13,8 +13,8 @@ import pytest
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.lab.tinymodel import tiny_config
-from vllmctl.metrics import parse_startup_log
 from vllmctl.planner.cpu_kv import cpu_kv_space_bytes, predict_cpu_kv
+from vllmctl.status.metrics import parse_startup_log
 
 STARTUP_LOG = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu" / "startup.log"
 GIB = 1024**3

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from vllmctl.advice import Advice, advise
 from vllmctl.inventory import load_inventory
-from vllmctl.metrics import EngineMetrics, parse_metrics
-from vllmctl.planner.from_status import (
+from vllmctl.status.advice import Advice, advise
+from vllmctl.status.metrics import EngineMetrics, parse_metrics
+from vllmctl.status.proposals import (
     Proposal,
     changed_inventory,
     engine_args_diff,
@@ -20,7 +20,7 @@ from vllmctl.planner.from_status import (
     propose,
     propose_all,
 )
-from vllmctl.status_view import ModelStatus
+from vllmctl.status.view import ModelStatus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
 

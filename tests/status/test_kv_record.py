@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from vllmctl.desired import HostContext
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.kv_record import (
-    KvPredictor,
+from vllmctl.lab.tinymodel import tiny_config
+from vllmctl.ops import Upload
+from vllmctl.planner.inventory_plan import plan_inventory
+from vllmctl.releases.host import Manifest
+from vllmctl.releases.kv import (
     cpu_predictions,
     gpu_predictions,
     parse_startup_lines,
@@ -27,13 +29,11 @@ from vllmctl.kv_record import (
     with_measured,
     with_predictions,
 )
-from vllmctl.lab.tinymodel import tiny_config
-from vllmctl.metrics import MeasuredKv
-from vllmctl.ops import Upload
-from vllmctl.planner.inventory_plan import plan_inventory
-from vllmctl.release_gate import GateOptions, desired_manifest, gate_host, read_releases
-from vllmctl.releases import Manifest
 from vllmctl.runner.fleet import host_contexts, load_model_archs, model_plans
+from vllmctl.runner.kv import KvPredictor
+from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.status.metrics import MeasuredKv
+from vllmctl.tasks.desired import HostContext
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
 STARTUP_LOG = FIXTURES / "startup.log"
@@ -220,7 +220,7 @@ def test_the_gate_records_prediction_and_measurement_in_the_release(
         (host.root / "active" / name).touch()
 
     def healthy(url: str, model: str, deadline_s: float, on_progress: Any, api_key: Any = None) -> Any:
-        from vllmctl.health import HealthResult
+        from vllmctl.bench.health import HealthResult
 
         return HealthResult(True, 1.0, 1, "ready", "")
 

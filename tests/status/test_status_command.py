@@ -10,8 +10,8 @@ import pytest
 from vllmctl.bench.endpoints import Endpoint
 from vllmctl.commands.status import Scrape, build_statuses, scrape_all
 from vllmctl.inventory import load_inventory
-from vllmctl.metrics import parse_metrics
 from vllmctl.planner.inventory_plan import InventoryPlan
+from vllmctl.status.metrics import parse_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
 QUEUEING = (FIXTURES / "metrics_queueing.txt").read_text()
@@ -76,7 +76,7 @@ def test_scrape_reads_health_and_metrics_over_http(server: str) -> None:
 
 
 def test_status_json_is_machine_readable(inventory: Path, server: str) -> None:
-    from vllmctl.status_view import status_json
+    from vllmctl.status.view import status_json
 
     inv = load_inventory(inventory)
     endpoint = Endpoint("a", "tiny", 0, server)
@@ -112,7 +112,7 @@ def _manifest(predicted: int, measured: int) -> dict[str, object]:
 def test_status_shows_measured_against_planned_from_the_release_manifest(
     inventory: Path, predicted: int, measured: int, deviation: float, off_plan: bool
 ) -> None:
-    from vllmctl.status_view import findings, status_json, status_row
+    from vllmctl.status.view import findings, status_json, status_row
 
     inv = load_inventory(inventory)
     endpoint = Endpoint("a", "tiny", 0, "http://127.0.0.1:8000")
@@ -146,7 +146,7 @@ def test_without_a_recorded_measurement_the_servers_own_kv_capacity_stands_in(in
 
 
 def test_scrapes_between_the_first_and_last_are_evidence_too(inventory: Path) -> None:
-    from vllmctl.metrics import EngineMetrics
+    from vllmctl.status.metrics import EngineMetrics
 
     def scraped(running: float) -> Scrape:
         return Scrape(True, EngineMetrics("vllm", "tiny", running, requests_waiting=6, kv_usage=0.01))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vllmctl.errors import InputError
 from vllmctl.inventory.model import Inventory
-from vllmctl.quoting import http_url
+from vllmctl.render.quoting import http_url
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vllmctl.bench.health import FLOOR_S
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext, render_env
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
-from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.controller import LocalFiles
 from vllmctl.inventory.model import Inventory
@@ -22,9 +21,7 @@ from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
-from vllmctl.playbooks import Playbook, load_playbook, with_task_params
-from vllmctl.release_gate import GateOptions, gate_host
-from vllmctl.releases import inventory_digest
+from vllmctl.releases.host import inventory_digest
 from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans, summary
 from vllmctl.runner.cluster_release import GroupGateOptions
@@ -45,9 +42,12 @@ from vllmctl.runner.fleet import (
     select_hosts,
     ssh_remote,
 )
+from vllmctl.runner.release import GateOptions, gate_host
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.view import Progress, show_failures, show_plan, show_recap
+from vllmctl.tasks.desired import HostContext, render_env
+from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,18 +12,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from vllmctl.bench.health import FLOOR_S
 from vllmctl.console import Ui
-from vllmctl.desired import index_credentials
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
-from vllmctl.health import FLOOR_S
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_release import group_spec
-from vllmctl.multinode.group_status import ClusterState
 from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
 from vllmctl.multinode.preflight import PreflightReport, node_addresses
 from vllmctl.planner.inventory_plan import plan_inventory
-from vllmctl.releases import ReleaseError, inventory_digest
+from vllmctl.releases.group import group_spec
+from vllmctl.releases.host import ReleaseError, inventory_digest
 from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import (
     GroupGateOptions,
@@ -34,6 +32,8 @@ from vllmctl.runner.cluster_release import (
     rollback_plan,
 )
 from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
+from vllmctl.status.group import ClusterState
+from vllmctl.tasks.desired import index_credentials
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 import yaml
 
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext, ModelPlan
 from vllmctl.errors import EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.runner.fleet import model_plans, planned_inventory, served_plan
+from vllmctl.tasks.desired import HostContext, ModelPlan
 
 JOB = "vllmctl"
 DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"

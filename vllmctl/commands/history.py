@@ -14,16 +14,16 @@ from typing import Any
 from rich.table import Table
 
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_history import GroupNodes, group_history_rows
-from vllmctl.release_gate import read_releases
-from vllmctl.releases import HostReleases, recovery_needed
+from vllmctl.releases.group_history import GroupNodes, group_history_rows
+from vllmctl.releases.host import HostReleases, recovery_needed
 from vllmctl.runner.fleet import host_contexts, planned_inventory, select_hosts, ssh_remote
 from vllmctl.runner.group_nodes import multi_node_groups, read_group_listings
+from vllmctl.runner.release import read_releases
 from vllmctl.runner.remote import Remote
+from vllmctl.tasks.desired import HostContext
 
 RemoteFor = Callable[[HostContext], Remote]
 GroupReader = Callable[[Inventory, Sequence[str], str, float], Mapping[str, HostReleases | VllmctlError]]

@@ -19,7 +19,6 @@ from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Proble
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import cluster_entries
-from vllmctl.planner.from_status import Proposal, changed_inventory, engine_args_diff, propose_all
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
 from vllmctl.runner.fleet import (
@@ -34,6 +33,7 @@ from vllmctl.runner.fleet import (
     served_plan,
 )
 from vllmctl.runner.refusals import refused_problems, vet_proposals
+from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff, propose_all
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

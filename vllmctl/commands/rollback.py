@@ -14,22 +14,14 @@ from typing import Any
 
 from rich.table import Table
 
+from vllmctl.bench.health import HealthCheck
 from vllmctl.commands.history import RemoteFor, survey
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
-from vllmctl.health import HealthCheck
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
-from vllmctl.release_gate import (
-    GateOptions,
-    activate,
-    audit_line,
-    read_releases,
-    wait_for_health,
-)
-from vllmctl.releases import ReleaseError, rollback_target
+from vllmctl.releases.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
+from vllmctl.releases.host import ReleaseError, rollback_target
 from vllmctl.runner.cluster_release import GroupGateOptions, roll_back_group, rollback_plan
 from vllmctl.runner.fleet import (
     api_keys,
@@ -40,7 +32,15 @@ from vllmctl.runner.fleet import (
     ssh_remote,
 )
 from vllmctl.runner.group_nodes import multi_node_groups
+from vllmctl.runner.release import (
+    GateOptions,
+    activate,
+    audit_line,
+    read_releases,
+    wait_for_health,
+)
 from vllmctl.runner.remote import Remote
+from vllmctl.tasks.desired import HostContext
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,14 @@ from typing import Any
 import httpx
 from rich.live import Live
 
-from vllmctl.advice import advise
 from vllmctl.bench.endpoints import Endpoint, endpoints_for
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext, unit_name
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.kv_record import recorded_kv
-from vllmctl.metrics import EngineMetrics, parse_metrics, rates
-from vllmctl.multinode.group_status import group_models, with_groups
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.releases import MANIFEST, RELEASES_DIR
+from vllmctl.releases.host import MANIFEST, RELEASES_DIR
+from vllmctl.releases.kv import recorded_kv
 from vllmctl.runner.cluster import group_states
 from vllmctl.runner.fleet import (
     host_contexts,
@@ -41,7 +37,11 @@ from vllmctl.runner.fleet import (
     served_plan,
 )
 from vllmctl.runner.remote import SshRemote
-from vllmctl.status_view import ModelStatus, findings, status_json, status_screen, status_table
+from vllmctl.status.advice import advise
+from vllmctl.status.group import group_models, with_groups
+from vllmctl.status.metrics import EngineMetrics, parse_metrics, rates
+from vllmctl.status.view import ModelStatus, findings, status_json, status_screen, status_table
+from vllmctl.tasks.desired import HostContext, unit_name
 
 HTTP_TIMEOUT_S = 5.0
 CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"

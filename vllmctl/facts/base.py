@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vllmctl.quoting import shell_join
+from vllmctl.render.quoting import shell_join
 
 Parser = Callable[[str, int], Any]
 

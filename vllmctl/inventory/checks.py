@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from vllmctl.engine_flags import KNOWN_FLAGS
 from vllmctl.errors import Location, Problem
 from vllmctl.inventory.ansible import AnsibleImport
+from vllmctl.inventory.clusters import check_clusters
 from vllmctl.inventory.origins import MERGED_SECTIONS, Origins
 from vllmctl.inventory.positions import FieldPath, SourceDoc
 from vllmctl.inventory.schema import did_you_mean
-from vllmctl.multinode.checks import check_clusters
 
 if TYPE_CHECKING:
     from vllmctl.inventory.controller import ControllerFiles

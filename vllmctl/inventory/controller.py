@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from vllmctl.inventory.checks import mapping
 from vllmctl.inventory.values import bare_address, system_directory
-from vllmctl.quoting import shell_word
+from vllmctl.render.quoting import shell_word
 
 if TYPE_CHECKING:
     from vllmctl.errors import Location

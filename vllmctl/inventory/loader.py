@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from vllmctl.errors import InvalidInputError, Location, Problem
 from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
 from vllmctl.inventory.checks import Checker, Resolved, mapping
+from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
     ClusterSpec,
     DriverSpec,
@@ -29,7 +30,6 @@ from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
 from vllmctl.inventory.source import read_yaml
 from vllmctl.inventory.values import bare_address
-from vllmctl.multinode.checks import cluster_specs
 
 if TYPE_CHECKING:
     from vllmctl.inventory.controller import ControllerFiles

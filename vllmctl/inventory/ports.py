@@ -103,7 +103,7 @@ def worst_replicas(checker: Checker, model: str, body: dict[str, Any], host: str
 
 
 def check_ports(checker: Checker) -> None:
-    from vllmctl.multinode.checks import multi_node_groups, ray_settings_or_none
+    from vllmctl.inventory.clusters import multi_node_groups, ray_settings_or_none
 
     bodies = checker.data.get("models")
     models: dict[str, list[Ports]] = {}

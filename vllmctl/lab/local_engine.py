@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
+from vllmctl.bench.health import Progress, wait_healthy
 from vllmctl.errors import VllmctlError
-from vllmctl.health import Progress, wait_healthy
 from vllmctl.lab import tinymodel, wheelhouse
 
 TAIL_LINES = 30

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vllmctl.desired import HOME_DIR, SERVICE_USER, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
 from vllmctl.multinode.units import RAY_DIR
 from vllmctl.ops.engine import index_source
-from vllmctl.quoting import shell_join, shell_word
+from vllmctl.render.quoting import shell_join, shell_word
+from vllmctl.tasks.desired import HOME_DIR, SERVICE_USER, venv_path
 
 SYSTEMD_DIR = "/etc/systemd/system"
 

@@ -10,11 +10,11 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from vllmctl.multinode.group_release import GroupManifest, group_dir, group_releases_dir
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
-from vllmctl.quoting import shell_word
-from vllmctl.releases import HostReleases, pointer_switch, release_dir
+from vllmctl.releases.group import GroupManifest, group_dir, group_releases_dir
+from vllmctl.releases.host import HostReleases, pointer_switch, release_dir
+from vllmctl.render.quoting import shell_word
 
 UNIT_MARK = "@@vllmctl-unit"
 ENV_MARK = "@@vllmctl-env"

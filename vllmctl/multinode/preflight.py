@@ -8,9 +8,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vllmctl.desired import LIB_DIR, venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
-from vllmctl.quoting import shell_word
+from vllmctl.render.quoting import shell_word
+from vllmctl.tasks.desired import LIB_DIR, venv_path
 
 CLOCK_BOUND_S = 1.0
 LISTEN_SECONDS = 60  # listeners outlive the probes by a wide margin, then exit on their own

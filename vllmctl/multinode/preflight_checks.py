@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from vllmctl.desired import venv_path
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
 from vllmctl.multinode.preflight import CLOCK_BOUND_S, NodeFacts, ProbeResult, Problem
+from vllmctl.tasks.desired import venv_path
 
 TIME_SYNC_HINT = "enable time sync on every node (chrony or systemd-timesyncd) and check `timedatectl`"
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vllmctl.desired import (
+from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
+from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.render.quoting import unit_file_name
+from vllmctl.render.templates import render_template
+from vllmctl.tasks.desired import (
     HOME_DIR,
     LIB_DIR,
     SERVICE_USER,
@@ -16,11 +20,7 @@ from vllmctl.desired import (
     exec_argv,
     unit_name,
 )
-from vllmctl.desired import venv_path as engine_venv_path
-from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
-from vllmctl.multinode.plan import ClusterPlan
-from vllmctl.quoting import unit_file_name
-from vllmctl.render import render_template
+from vllmctl.tasks.desired import venv_path as engine_venv_path
 
 RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs, owned by the service user
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.errors import VllmctlError
-from vllmctl.quoting import shell_join
+from vllmctl.render.quoting import shell_join
 
 Args = Mapping[str, Any]
 Facts = Mapping[str, Any]

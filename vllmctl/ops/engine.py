@@ -23,7 +23,13 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.driver import running_driver
-from vllmctl.quoting import has_credentials, shell_join, shell_word, url_with_credentials, venv_dir_name
+from vllmctl.render.quoting import (
+    has_credentials,
+    shell_join,
+    shell_word,
+    url_with_credentials,
+    venv_dir_name,
+)
 
 VENVS_DIR = "/opt/vllmctl/venvs"
 MARKER = "vllmctl-venv.json"

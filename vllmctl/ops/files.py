@@ -14,7 +14,7 @@ from vllmctl.ops.base import (
     noop,
     run,
 )
-from vllmctl.quoting import confined_path, unit_file_name
+from vllmctl.render.quoting import confined_path, unit_file_name
 
 UNIT_DIR = "/etc/systemd/system"
 

@@ -23,7 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
-from vllmctl.quoting import (
+from vllmctl.render.quoting import (
     QuotingError,
     confined_path,
     host_path,

@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
-from vllmctl.quoting import shell_word
-from vllmctl.releases import (
+from vllmctl.releases.host import (
     COMPLETE,
     MANIFEST,
     RELEASES_DIR,
@@ -20,6 +19,7 @@ from vllmctl.releases import (
     pointer_switch,
     release_dir,
 )
+from vllmctl.render.quoting import shell_word
 
 UNIT_DIR = "/etc/systemd/system"
 

@@ -16,7 +16,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
-from vllmctl.quoting import confined_path, http_url, path_component
+from vllmctl.render.quoting import confined_path, http_url, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"

@@ -4,7 +4,7 @@ and a Python venv."""
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
-from vllmctl.quoting import confined_path, path_component
+from vllmctl.render.quoting import confined_path, path_component
 
 STATE_DIR = "/var/lib/vllmctl/state"
 NOLOGIN = "/usr/sbin/nologin"

@@ -10,21 +10,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
-from vllmctl.desired import env_path, index_credentials
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_release import GroupManifest, group_manifests, group_spec, serving_unchanged
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
 from vllmctl.ops.release import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
-from vllmctl.quoting import shell_word
-from vllmctl.releases import HostReleases
+from vllmctl.releases.group import GroupManifest, group_manifests, group_spec, serving_unchanged
+from vllmctl.releases.host import HostReleases
+from vllmctl.render.quoting import shell_word
 from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.runner.plan import unified_diff
+from vllmctl.tasks.desired import env_path, index_credentials
 
 Log = Callable[[str], None]
 FAILED = ("rolled_back", "failed", "preflight_failed", "not_started")

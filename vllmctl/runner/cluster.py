@@ -12,7 +12,6 @@ from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
 from vllmctl.multinode import bringup
-from vllmctl.multinode.group_status import ClusterState, cluster_state, node_state_script
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import (
     NodeFacts,
@@ -31,8 +30,9 @@ from vllmctl.multinode.preflight import (
     stop_listener_argv,
 )
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
-from vllmctl.quoting import redact_text
+from vllmctl.render.quoting import redact_text
 from vllmctl.runner.fleet import fan_out
+from vllmctl.status.group import ClusterState, cluster_state, node_state_script
 from vllmctl.transport import SshTransport
 
 FORKS = 32  # a cluster's nodes are asked all at once; groups are small

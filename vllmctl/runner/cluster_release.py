@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.bench import SmokeBench
-from vllmctl.desired import env_path, unit_name
+from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress
 from vllmctl.errors import VllmctlError
-from vllmctl.gate import EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup
 from vllmctl.multinode.group_ops import (
@@ -32,7 +30,10 @@ from vllmctl.multinode.group_ops import (
     stop_step,
     verdict_step,
 )
-from vllmctl.multinode.group_release import (
+from vllmctl.multinode.units import ray_unit_name
+from vllmctl.ops.release import journal_tail_command
+from vllmctl.releases.gate import EndpointCheck, Verdict, decide
+from vllmctl.releases.group import (
     GroupManifest,
     GroupSpec,
     NodeStates,
@@ -42,12 +43,11 @@ from vllmctl.multinode.group_release import (
     manifests_of,
     serving_unchanged,
 )
-from vllmctl.multinode.units import ray_unit_name
-from vllmctl.ops.release import journal_tail_command
-from vllmctl.quoting import shell_word
-from vllmctl.release_gate import EngineExitedError, smoke_bench, wait_for_health
-from vllmctl.releases import release_endpoints
+from vllmctl.releases.host import release_endpoints
+from vllmctl.render.quoting import shell_word
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
+from vllmctl.runner.release import EngineExitedError, smoke_bench, wait_for_health
+from vllmctl.tasks.desired import env_path, unit_name
 
 Log = Callable[[str], None]
 

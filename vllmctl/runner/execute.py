@@ -11,14 +11,14 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from vllmctl.desired import HostContext, OpCall
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Step
-from vllmctl.playbooks import Phase, Playbook
-from vllmctl.quoting import redact_text
+from vllmctl.render.quoting import redact_text
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
+from vllmctl.tasks.desired import HostContext, OpCall
+from vllmctl.tasks.playbooks import Phase, Playbook
 
 AfterHost = Callable[[HostContext, Remote, Callable[[], None], str], dict[str, Any]]
 

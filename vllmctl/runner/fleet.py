@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
-from vllmctl.desired import HostContext, ModelPlan, Replica, api_key_secret
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import with_planned_clusters
@@ -24,7 +23,8 @@ from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
-from vllmctl.staging import local_models
+from vllmctl.runner.staging import local_models
+from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, api_key_secret
 from vllmctl.transport import SshTransport
 
 T = TypeVar("T")

@@ -9,10 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
-from vllmctl.desired import env_path, unit_name
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.group_history import GroupNodes
 from vllmctl.multinode.group_ops import (
     EngineEnv,
     engine_env_record,
@@ -21,13 +19,15 @@ from vllmctl.multinode.group_ops import (
     parse_unit_state,
     unit_state_script,
 )
-from vllmctl.multinode.group_release import group_listing_command, parse_group_listing
 from vllmctl.multinode.plan import plan_cluster
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.ops import Step, Upload
-from vllmctl.releases import HostReleases
+from vllmctl.releases.group import group_listing_command, parse_group_listing
+from vllmctl.releases.group_history import GroupNodes
+from vllmctl.releases.host import HostReleases
 from vllmctl.runner.fleet import fan_out
 from vllmctl.runner.remote import finish_script, lock_script, raise_if_locked
+from vllmctl.tasks.desired import env_path, unit_name
 from vllmctl.transport import SshTransport
 
 T = TypeVar("T")

@@ -6,9 +6,9 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vllmctl.desired import HostContext, OpCall, expand
 from vllmctl.ops import OPERATIONS, Step
-from vllmctl.playbooks import Phase, Playbook
+from vllmctl.tasks.desired import HostContext, OpCall, expand
+from vllmctl.tasks.playbooks import Phase, Playbook
 
 FactRequests = dict[str, tuple[str, ...]]
 

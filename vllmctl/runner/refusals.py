@@ -13,9 +13,9 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.inventory.ports import planned_port_problems
 from vllmctl.inventory.positions import FieldPath
 from vllmctl.inventory.source import read_yaml
-from vllmctl.planner.from_status import Proposal
 from vllmctl.planner.inventory_plan import HostModelPlan, InventoryPlan, plan_inventory
 from vllmctl.planner.tuning import normalize_args
+from vllmctl.status.proposals import Proposal
 
 
 def _flag_path(doc_data: object, model: str, flag: str) -> FieldPath:

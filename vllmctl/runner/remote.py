@@ -14,7 +14,7 @@ from vllmctl.facts.script import build_script, parse_sections
 from vllmctl.ops import Action, Command, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
-from vllmctl.quoting import shell_word
+from vllmctl.render.quoting import shell_word
 from vllmctl.transport import Result, SshTransport
 
 LOCK_DIR = "/var/lib/vllmctl/lock"

@@ -1,17 +1,17 @@
 """Desired state for provisioning, pure: the driver, engine venvs, model staging and health tasks a playbook
-names, expanded for one host into operation calls (registered in `vllmctl.desired.TASKS`)."""
+names, expanded for one host into operation calls (registered in `vllmctl.tasks.desired.TASKS`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllmctl import desired
-from vllmctl.desired import HostContext, OpCall, Params, env_path, unit_name, venv_path
-from vllmctl.health import startup_deadline_s
+from vllmctl.bench.health import startup_deadline_s
 from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
-from vllmctl.quoting import venv_dir_name
+from vllmctl.render.quoting import venv_dir_name
+from vllmctl.tasks import desired
+from vllmctl.tasks.desired import HostContext, OpCall, Params, env_path, unit_name, venv_path
 
 WHEELHOUSE_DIR = "/var/lib/vllmctl/wheelhouse"
 

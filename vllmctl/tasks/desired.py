@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl import quoting
 from vllmctl.engine_flags import KNOWN_FLAGS, to_cli
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Host, Inventory, ModelDeployment
 from vllmctl.ops import sha256_text
-from vllmctl.render import engine_flags, render_template
+from vllmctl.render import quoting
+from vllmctl.render.templates import engine_flags, render_template
 
 ETC_DIR = "/etc/vllmctl"
 LIB_DIR = "/var/lib/vllmctl"
@@ -243,4 +243,4 @@ def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:
 
 
 # Registers the provisioning tasks (driver, engine, staging, health) in TASKS; it builds on the helpers above.
-import vllmctl.provision_tasks  # noqa: E402, F401
+import vllmctl.tasks.provision  # noqa: E402, F401

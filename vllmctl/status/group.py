@@ -9,18 +9,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from vllmctl.desired import unit_name, venv_path
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.bringup import RayStatus, cluster_formed, parse_ray_status
-from vllmctl.multinode.group_release import group_dir
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.preflight import MISSING, interface_ip_command
 from vllmctl.multinode.units import ray_unit_name
-from vllmctl.quoting import shell_word
+from vllmctl.releases.group import group_dir
+from vllmctl.render.quoting import shell_word
+from vllmctl.tasks.desired import unit_name, venv_path
 
 if TYPE_CHECKING:
-    from vllmctl.status_view import ModelStatus
+    from vllmctl.status.view import ModelStatus
 
 RAY_STATUS_MARK = "--- ray status ---"
 # a head whose GCS does not answer must not hold `vllmctl status` up: it is "not formed" either way

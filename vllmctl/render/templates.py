@@ -1,5 +1,5 @@
 """Jinja2 rendering with StrictUndefined (text in, text out); every value a template writes goes through a
-filter from `vllmctl.quoting` for its target. Templates ship in the repository's templates/ directory."""
+filter from `vllmctl.render.quoting` for its target. Templates ship in the repository's templates/."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import jinja2
 
-from vllmctl import quoting
 from vllmctl.errors import VllmctlError
+from vllmctl.render import quoting
 
 
 class RenderError(VllmctlError):
@@ -42,7 +42,7 @@ def templates_dir() -> Path:
     packaged = resources.files("vllmctl").joinpath("_shipped", "templates")
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "templates"
+    return Path(__file__).resolve().parents[2] / "templates"
 
 
 def _one_line(value: Any) -> Any:

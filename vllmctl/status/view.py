@@ -12,11 +12,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from vllmctl.advice import Advice
-from vllmctl.metrics import EngineMetrics, Rates
+from vllmctl.status.advice import Advice
+from vllmctl.status.metrics import EngineMetrics, Rates
 
 if TYPE_CHECKING:
-    from vllmctl.multinode.group_status import ClusterState
+    from vllmctl.status.group import ClusterState
 
 # The planner's KV figure is checked against what the engine reported at startup. Within 5 % is the
 # accuracy the planner aims for; beyond it the plan's concurrency promises do not hold.

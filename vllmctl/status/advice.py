@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.metrics import Engine, EngineMetrics, Rates
+from vllmctl.status.metrics import Engine, EngineMetrics, Rates
 
 # A preempted request is thrown out of the batch and recomputes its prefill later. Past one preemption
 # per twenty finished requests that recompute costs a visible share of the GPU and of tail latency.

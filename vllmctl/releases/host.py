@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.quoting import http_url, shell_word
+from vllmctl.render.quoting import http_url, shell_word
 
 RELEASES_DIR = "/var/lib/vllmctl/releases"
 VENVS_DIR = "/opt/vllmctl/venvs"

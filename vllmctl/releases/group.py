@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.desired import LIB_DIR, unit_name, venv_path
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.units import ray_unit_name, render_head_engine_unit, render_ray_unit
-from vllmctl.releases import (
+from vllmctl.releases.host import (
     HostReleases,
     Manifest,
     Release,
@@ -27,6 +26,7 @@ from vllmctl.releases import (
     release_id,
     required_venvs,
 )
+from vllmctl.tasks.desired import LIB_DIR, unit_name, venv_path
 
 GROUPS_DIR = f"{LIB_DIR}/groups"
 NodeStates = Mapping[str, HostReleases]

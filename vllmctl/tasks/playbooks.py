@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from vllmctl.desired import PENDING_TASKS, TASKS
 from vllmctl.errors import InvalidInputError, Location, Problem
+from vllmctl.tasks.desired import PENDING_TASKS, TASKS
 
 PLAYBOOK_KEYS = {"name", "description", "serial", "max_fail_percentage", "phases"}
 PHASE_KEYS = {"name", "regather", "tasks"}
@@ -61,8 +61,8 @@ def with_task_params(playbook: Playbook, task: str, params: Mapping[str, Any]) -
 
 def playbooks_dir() -> Path:
     """The packaged copy when installed from a wheel, else the repository's playbooks/ next to the package."""
-    packaged = Path(__file__).resolve().parent / "_shipped" / "playbooks"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "playbooks"
+    packaged = Path(__file__).resolve().parents[1] / "_shipped" / "playbooks"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def resolve(name_or_path: str) -> Path:

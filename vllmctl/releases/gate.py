@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllmctl.bench import EndpointReport, LoadSpec, check_report
-from vllmctl.health import HealthResult
+from vllmctl.bench.health import HealthResult
 
 # Small on purpose: the gate proves the engine answers within its SLO, it is not a capacity test.
 SMOKE_SPEC = LoadSpec(concurrency=(1, 4), output_tokens=32, requests=8, level_timeout_s=120.0, warmup=True)

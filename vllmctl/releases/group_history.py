@@ -11,7 +11,7 @@ from typing import Any
 
 from vllmctl.errors import InputError
 from vllmctl.inventory.model import Inventory
-from vllmctl.releases import HostReleases
+from vllmctl.releases.host import HostReleases
 
 # A release's group status: the worst any used node says, so "good" means good on every node.
 _WORST_FIRST = ("failed", "incomplete", "pending", "missing")

@@ -1,26 +1,20 @@
-"""Plan vs measured KV cache per release: the prediction a release manifest carries (the GPU planner's, or
-vLLM-CPU's fixed KV space), what each engine logged at startup (its journal), and reading both back.
-
-Pure except `KvPredictor`, which loads model configs (local files or the shipped catalog, never the hub).
+"""Plan vs measured KV cache per release, pure: the prediction a release manifest carries (the GPU planner's,
+or vLLM-CPU's fixed KV space), what each engine logged at startup (its journal), and reading both back.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from vllmctl.desired import HostContext, unit_name
-from vllmctl.errors import VllmctlError
-from vllmctl.inventory.model import Inventory
-from vllmctl.metrics import MeasuredKv, parse_startup_log
 from vllmctl.ops import Command, Step, Upload
 from vllmctl.planner.cpu_kv import predict_cpu_kv
-from vllmctl.planner.inventory_plan import InventoryPlan, plan_inventory
-from vllmctl.quoting import shell_word
-from vllmctl.releases import MANIFEST, Manifest, release_dir
-from vllmctl.runner.fleet import load_model_archs
+from vllmctl.planner.inventory_plan import InventoryPlan
+from vllmctl.releases.host import MANIFEST, Manifest, release_dir
+from vllmctl.render.quoting import shell_word
+from vllmctl.status.metrics import MeasuredKv, parse_startup_log
+from vllmctl.tasks.desired import HostContext, unit_name
 
 KV_KEY = "kv"  # manifest.plan[model]["kv"] = {"predicted": {...}, "measured": {unit: {...}}}
 UNIT_MARK = "@@vllmctl-kv-unit"
@@ -69,28 +63,6 @@ def cpu_predictions(ctx: HostContext, archs: Mapping[str, Any]) -> dict[str, dic
         if predicted is not None:
             found[model.name] = predicted.to_json()
     return found
-
-
-class KvPredictor:
-    """ctx -> model -> predicted KV figures. Plans the inventory once per apply (hosts gate in parallel)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._planned: tuple[Inventory, dict[str, Any], InventoryPlan] | None = None
-
-    def _plan(self, inv: Inventory) -> tuple[dict[str, Any], InventoryPlan]:
-        with self._lock:
-            if self._planned is None or self._planned[0] is not inv:
-                archs, _ = load_model_archs(inv, online=False)
-                self._planned = (inv, archs, plan_inventory(inv, None, archs))
-            return self._planned[1], self._planned[2]
-
-    def __call__(self, ctx: HostContext) -> dict[str, dict[str, Any]]:
-        try:
-            archs, plan = self._plan(ctx.inventory)
-        except VllmctlError:
-            return {}
-        return gpu_predictions(ctx, plan) | cpu_predictions(ctx, archs)
 
 
 def _with_kv(manifest: Manifest, model: str, kv: Mapping[str, Any]) -> Manifest:

@@ -11,22 +11,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
-from vllmctl.desired import HostContext, render_unit, unit_name, venv_path
+from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
 from vllmctl.errors import VllmctlError
-from vllmctl.gate import JOURNAL_TAIL_LINES, SMOKE_INPUT_TOKENS, SMOKE_SPEC, EndpointCheck, Verdict, decide
-from vllmctl.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
-from vllmctl.kv_record import (
-    KvPredictor,
-    parse_startup_lines,
-    record_kv_step,
-    startup_lines_command,
-    with_measured,
-    with_predictions,
-)
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
 from vllmctl.ops.release import record_verdict as verdict_step
-from vllmctl.releases import (
+from vllmctl.releases.gate import (
+    JOURNAL_TAIL_LINES,
+    SMOKE_INPUT_TOKENS,
+    SMOKE_SPEC,
+    EndpointCheck,
+    Verdict,
+    decide,
+)
+from vllmctl.releases.host import (
     DEFAULT_KEEP,
     HostReleases,
     Manifest,
@@ -39,7 +37,16 @@ from vllmctl.releases import (
     rollback_target,
     serving_digest,
 )
+from vllmctl.releases.kv import (
+    parse_startup_lines,
+    record_kv_step,
+    startup_lines_command,
+    with_measured,
+    with_predictions,
+)
+from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
+from vllmctl.tasks.desired import HostContext, render_unit, unit_name, venv_path
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
