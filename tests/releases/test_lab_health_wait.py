@@ -10,7 +10,8 @@ import time
 import pytest
 
 from vllmctl.lab.testing import LabFleet
-from vllmctl.ops.service_start import HELPER, POLL
+from vllmctl.ops.service_start import POLL
+from vllmctl.paths import WAIT_HEALTHY_HELPER as HELPER
 from vllmctl.runner.release import exited_units
 
 pytestmark = pytest.mark.lab

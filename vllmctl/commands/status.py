@@ -24,8 +24,9 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.paths import RELEASES_DIR
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.releases.host import MANIFEST, RELEASES_DIR
+from vllmctl.releases.host import MANIFEST
 from vllmctl.releases.kv import recorded_kv
 from vllmctl.runner.cluster import group_states
 from vllmctl.runner.fleet import (

@@ -7,12 +7,7 @@ import json
 from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines, quoted_words
-
-STATE_DIR = "/var/lib/vllmctl/state"
-RELEASES_DIR = "/var/lib/vllmctl/releases"
-VENVS_DIR = "/opt/vllmctl/venvs"
-UNIT_DIR = "/etc/systemd/system"
-UNIT_GLOB = "vllmctl-*"
+from vllmctl.paths import RELEASES_DIR, STATE_DIR, UNIT_DIR, UNIT_GLOB, VENVS_DIR
 
 
 def paths_command(args: tuple[str, ...]) -> str:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from vllmctl.inventory.positions import escape_text
+from vllmctl.paths import LIB_DIR, OPT_DIR
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def jump_host_problem(text: str) -> Finding | None:
 SYSTEM_TREES = (
     "/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/run", "/snap",
     "/lost+found", "/var/run", "/var/lock", "/var/log", "/var/spool", "/var/mail", "/var/backups",
-    "/var/lib/vllmctl", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd", "/var/cache/apt", "/opt/vllmctl",
+    LIB_DIR, "/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd", "/var/cache/apt", OPT_DIR,
 )  # fmt: skip
 SHARED_ROOTS = {
     "/", "/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/cache",

@@ -8,12 +8,10 @@ import re
 from dataclasses import dataclass
 
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
-from vllmctl.multinode.units import RAY_DIR
 from vllmctl.ops.engine import index_source
+from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER, UNIT_DIR
 from vllmctl.render.quoting import shell_join, shell_word
-from vllmctl.tasks.desired import HOME_DIR, SERVICE_USER, venv_path
-
-SYSTEMD_DIR = "/etc/systemd/system"
+from vllmctl.tasks.desired import venv_path
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ def ray_install_stdin(index_url: str | None, credentials: str | None = None) -> 
 
 
 def unit_path(name: str) -> str:
-    return f"{SYSTEMD_DIR}/{name}"
+    return f"{UNIT_DIR}/{name}"
 
 
 def start_script(unit: str) -> str:

@@ -11,7 +11,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
-from vllmctl.ops.release import UNIT_DIR, create_release, record_verdict, swap_units
+from vllmctl.ops.release import create_release, record_verdict, swap_units
+from vllmctl.paths import UNIT_DIR
 from vllmctl.releases.group import GroupManifest, group_dir, group_releases_dir
 from vllmctl.releases.host import HostReleases, pointer_switch, release_dir
 from vllmctl.render.quoting import shell_word

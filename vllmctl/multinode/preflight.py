@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
+from vllmctl.paths import HUB_CACHE
 from vllmctl.render.quoting import shell_word
-from vllmctl.tasks.desired import LIB_DIR, venv_path
+from vllmctl.tasks.desired import venv_path
 
 CLOCK_BOUND_S = 1.0
 LISTEN_SECONDS = 60  # listeners outlive the probes by a wide margin, then exit on their own
@@ -80,7 +81,7 @@ def model_fingerprint_command(model: ModelDeployment) -> str:
         listing = f"{{ find {where} -type f -printf '%P %s\\n' | sort; cat {where}/*.json; }} 2>/dev/null"
         return f"if [ -d {where} ]; then {listing} | sha256sum | cut -c1-16; else echo {MISSING}; fi"
     repo = f"models--{model.source.replace('/', '--')}"
-    ref = f"{LIB_DIR}/models/hub/{repo}/refs/{model.revision or 'main'}"
+    ref = f"{HUB_CACHE}/{repo}/refs/{model.revision or 'main'}"
     return f"cat {shell_word(ref)} 2>/dev/null || echo {MISSING}"
 
 

@@ -8,21 +8,11 @@ from collections.abc import Mapping
 
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
 from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER
 from vllmctl.render.quoting import unit_file_name
 from vllmctl.render.templates import render_template
-from vllmctl.tasks.desired import (
-    HOME_DIR,
-    LIB_DIR,
-    SERVICE_USER,
-    ModelPlan,
-    Replica,
-    env_path,
-    exec_argv,
-    unit_name,
-)
+from vllmctl.tasks.desired import ModelPlan, Replica, env_path, exec_argv, unit_name
 from vllmctl.tasks.desired import venv_path as engine_venv_path
-
-RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs, owned by the service user
 
 
 def ray_unit_name(group: str) -> str:

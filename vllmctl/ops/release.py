@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
+from vllmctl.paths import RELEASES_DIR, UNIT_DIR
 from vllmctl.releases.host import (
     COMPLETE,
     MANIFEST,
-    RELEASES_DIR,
     VERDICT,
     HostReleases,
     Manifest,
@@ -20,8 +20,6 @@ from vllmctl.releases.host import (
     release_dir,
 )
 from vllmctl.render.quoting import shell_word
-
-UNIT_DIR = "/etc/systemd/system"
 
 
 def unit_copy_path(release: str, unit: str, root: str = RELEASES_DIR) -> str:

@@ -16,10 +16,9 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.paths import STATE_DIR, WAIT_HEALTHY_HELPER
 from vllmctl.render.quoting import confined_path, http_url, path_component
 
-STATE_DIR = "/var/lib/vllmctl/state"
-HELPER = "/var/lib/vllmctl/bin/wait-healthy.py"
 JOURNAL_LINES = 40
 
 # Runs with the host's python3 (stdlib only) as root, so it can read the API key from the 0600 env file.
@@ -103,8 +102,8 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     base = http_url("127.0.0.1", int(args["port"]))
     deadline = f"{float(args['deadline_s']):g}"
     model, env_file = str(args["model"]), str(args["env_file"])
-    poll = run("python3", HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
-    helper = (make_dirs(HELPER.rsplit("/", 1)[0]), Upload(HELPER, POLL, "0755"))
+    poll = run("python3", WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
+    helper = (make_dirs(WAIT_HEALTHY_HELPER.rsplit("/", 1)[0]), Upload(WAIT_HEALTHY_HELPER, POLL, "0755"))
     record = Upload(healthy_path(unit), applied, secret=True)  # a digest of the env file: never shown
     return Step("service_health", unit, (*helper, poll, record))
 

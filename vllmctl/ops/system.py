@@ -4,9 +4,9 @@ and a Python venv."""
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
+from vllmctl.paths import HOME_DIR, STATE_DIR
 from vllmctl.render.quoting import confined_path, path_component
 
-STATE_DIR = "/var/lib/vllmctl/state"
 NOLOGIN = "/usr/sbin/nologin"
 
 
@@ -101,7 +101,7 @@ def _plan_python_venv(args: Args, facts: Facts) -> Step:
 
 
 SERVICE_USER = Operation(
-    "service_user", _user_facts, _plan_service_user, {"home": "/var/lib/vllmctl/home", "shell": NOLOGIN}
+    "service_user", _user_facts, _plan_service_user, {"home": HOME_DIR, "shell": NOLOGIN}
 )
 SERVICE = Operation(
     "service", _service_facts, _plan_service, {"enabled": True, "running": True, "applied": ""}

@@ -15,6 +15,7 @@ from typing import Any
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.units import ray_unit_name, render_head_engine_unit, render_ray_unit
+from vllmctl.paths import GROUPS_DIR
 from vllmctl.releases.host import (
     HostReleases,
     Manifest,
@@ -26,9 +27,8 @@ from vllmctl.releases.host import (
     release_id,
     required_venvs,
 )
-from vllmctl.tasks.desired import LIB_DIR, unit_name, venv_path
+from vllmctl.tasks.desired import unit_name, venv_path
 
-GROUPS_DIR = f"{LIB_DIR}/groups"
 NodeStates = Mapping[str, HostReleases]
 
 

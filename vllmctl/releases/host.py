@@ -12,10 +12,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from vllmctl.errors import InputError, VllmctlError
+from vllmctl.paths import RELEASES_DIR, VENVS_DIR
 from vllmctl.render.quoting import http_url, shell_word
 
-RELEASES_DIR = "/var/lib/vllmctl/releases"
-VENVS_DIR = "/opt/vllmctl/venvs"
 MANIFEST = "manifest.json"
 COMPLETE = "complete"  # written last: a release dir without it is half-made
 VERDICT = "verdict.json"  # the gate's decision and the smoke-benchmark figures, written once

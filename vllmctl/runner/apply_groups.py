@@ -15,7 +15,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
-from vllmctl.ops.release import UNIT_DIR
+from vllmctl.paths import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.releases.group import GroupManifest, group_manifests, group_spec, serving_unchanged
 from vllmctl.releases.host import HostReleases

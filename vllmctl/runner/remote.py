@@ -14,11 +14,10 @@ from vllmctl.facts.script import build_script, parse_sections
 from vllmctl.ops import Action, Command, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
+from vllmctl.paths import AUDIT_LOG, LOCK_DIR
 from vllmctl.render.quoting import shell_word
 from vllmctl.transport import Result, SshTransport
 
-LOCK_DIR = "/var/lib/vllmctl/lock"
-AUDIT_LOG = "/var/log/vllmctl/audit.log"
 LOCKED_MARK = "@@vllmctl-locked"
 LOCKED_EXIT = 75
 

@@ -13,17 +13,18 @@ from vllmctl.engine_flags import KNOWN_FLAGS, to_cli
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Host, Inventory, ModelDeployment
 from vllmctl.ops import sha256_text
+from vllmctl.paths import (
+    ETC_DIR,
+    HF_HOME,
+    HOME_DIR,
+    HUB_CACHE,
+    MANAGED_DIRS,
+    SERVICE_USER,
+    STATE_DIR,
+    VENVS_DIR,
+)
 from vllmctl.render import quoting
 from vllmctl.render.templates import engine_flags, render_template
-
-ETC_DIR = "/etc/vllmctl"
-LIB_DIR = "/var/lib/vllmctl"
-STATE_DIR = f"{LIB_DIR}/state"
-RELEASES_DIR = f"{LIB_DIR}/releases"
-HOME_DIR = f"{LIB_DIR}/home"
-LOG_DIR = "/var/log/vllmctl"
-VENVS_DIR = "/opt/vllmctl/venvs"
-SERVICE_USER = "vllm"
 
 
 @dataclass(frozen=True)
@@ -158,9 +159,9 @@ def env_secrets(ctx: HostContext, model: ModelDeployment) -> dict[str, str]:
 
 
 def render_env(ctx: HostContext, model: ModelDeployment) -> str:
-    environment = {"HF_HOME": f"{LIB_DIR}/hf", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    environment = {"HF_HOME": HF_HOME, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     # hub models are staged before the start (model_staging): the engine reads them offline from there
-    environment.update({"HF_HUB_CACHE": f"{LIB_DIR}/models/hub", "HF_HUB_OFFLINE": "1"})
+    environment.update({"HF_HUB_CACHE": HUB_CACHE, "HF_HUB_OFFLINE": "1"})
     environment.update({str(k): str(v) for k, v in ctx.host.vars.get("env", {}).items()})
     environment.update({name.upper(): value for name, value in env_secrets(ctx, model).items()})
     api_key = api_key_secret(ctx.plan(model).engine_args)
@@ -178,7 +179,7 @@ def applied_hash(ctx: HostContext, model: ModelDeployment, replica: Replica) -> 
 
 
 def _base_layout(ctx: HostContext, params: Params) -> list[OpCall]:
-    dirs = [ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, "/opt/vllmctl", VENVS_DIR]
+    dirs = list(MANAGED_DIRS)
     # root only: each applied hash digests the env file, and a digest of a short API key can be guessed
     modes = {STATE_DIR: "0700"}
     return [OpCall("directory", {"path": path, "mode": modes.get(path, "0755")}) for path in dirs]

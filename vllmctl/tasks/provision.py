@@ -9,11 +9,10 @@ from typing import Any
 from vllmctl.bench.health import startup_deadline_s
 from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
+from vllmctl.paths import WHEELHOUSE_DIR
 from vllmctl.render.quoting import venv_dir_name
 from vllmctl.tasks import desired
 from vllmctl.tasks.desired import HostContext, OpCall, Params, env_path, unit_name, venv_path
-
-WHEELHOUSE_DIR = "/var/lib/vllmctl/wheelhouse"
 
 
 def local_files(ctx: HostContext, source: str) -> Sequence[Mapping[str, Any]] | None:

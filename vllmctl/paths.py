@@ -1,0 +1,51 @@
+"""Every path and name vllmctl uses on a managed host, defined once: configuration, state, releases, venvs,
+units, env files, the lock, the audit log, host-side helpers, caches and the service user."""
+
+from __future__ import annotations
+
+ETC_DIR = "/etc/vllmctl"
+LIB_DIR = "/var/lib/vllmctl"
+LOG_DIR = "/var/log/vllmctl"
+OPT_DIR = "/opt/vllmctl"
+
+STATE_DIR = f"{LIB_DIR}/state"  # .applied/.healthy records (0700: they digest env files)
+RELEASES_DIR = f"{LIB_DIR}/releases"  # one directory per release, `current` and `known-good` symlinks
+GROUPS_DIR = f"{LIB_DIR}/groups"  # multi-node group releases, one directory per group
+HOME_DIR = f"{LIB_DIR}/home"  # the service user's home
+BIN_DIR = f"{LIB_DIR}/bin"  # host-side helpers vllmctl uploads
+HF_HOME = f"{LIB_DIR}/hf"
+HUB_CACHE = f"{LIB_DIR}/models/hub"  # hub models staged before the engine starts
+WHEELHOUSE_DIR = f"{LIB_DIR}/wheelhouse"
+RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs
+LOCK_DIR = f"{LIB_DIR}/lock"  # the host lock: an atomic mkdir
+AUDIT_LOG = f"{LOG_DIR}/audit.log"
+VENVS_DIR = f"{OPT_DIR}/venvs"  # one venv per engine version
+UNIT_DIR = "/etc/systemd/system"
+
+UNIT_PREFIX = "vllmctl-"
+UNIT_GLOB = f"{UNIT_PREFIX}*"
+SERVICE_USER = "vllm"
+WAIT_HEALTHY_HELPER = f"{BIN_DIR}/wait-healthy.py"
+HUB_DOWNLOAD_HELPER = f"{BIN_DIR}/hub-download.py"
+MANAGED_DIRS = (ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, OPT_DIR, VENVS_DIR)
+
+
+def release_dir(release_id: str) -> str:
+    return f"{RELEASES_DIR}/{release_id}"
+
+
+def group_dir(group: str) -> str:
+    return f"{GROUPS_DIR}/{group}"
+
+
+def env_path(model: str) -> str:
+    """A model's env file (0600): secrets and the engine's environment."""
+    return f"{ETC_DIR}/{model}.env"
+
+
+def unit_path(unit: str) -> str:
+    return f"{UNIT_DIR}/{unit}"
+
+
+def state_record(name: str) -> str:
+    return f"{STATE_DIR}/{name}"
