@@ -10,16 +10,10 @@ from executor_builders import inventory, model
 
 from vllmctl.errors import InvalidInputError, VllmctlError
 from vllmctl.inventory.model import EngineSpec, SecretRef
+from vllmctl.paths import STATE_DIR
 from vllmctl.runner.plan import plan_phase, playbook_requests
-from vllmctl.tasks.desired import (
-    PENDING_TASKS,
-    STATE_DIR,
-    HostContext,
-    ModelPlan,
-    Replica,
-    expand,
-    render_unit,
-)
+from vllmctl.tasks import expand
+from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, render_unit
 from vllmctl.tasks.playbooks import load_playbook, parse_playbook
 
 
@@ -76,14 +70,6 @@ def test_units_playbook_plans_everything_on_a_fresh_host_from_one_fact_request()
     assert service.op == "service" and not service.changed and "start: false" in (service.noop or "")
 
 
-def test_playbooks_with_unbuilt_tasks_fail_at_load_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(PENDING_TASKS, "future_task", "issue #99")
-    text = "name: x\nphases:\n  - name: base\n    tasks:\n      - task: future_task\n"
-    with pytest.raises(InvalidInputError) as caught:
-        parse_playbook(text, "pb.yml")
-    assert "task future_task is not built yet (issue #99)" in caught.value.render()
-
-
 def test_rollback_is_a_command_not_a_playbook() -> None:
     with pytest.raises(InvalidInputError) as caught:
         load_playbook("rollback")
@@ -117,14 +103,6 @@ def test_a_secret_engine_arg_sglang_cannot_read_from_the_environment_is_refused(
     plan = ModelPlan({"api_key": {"secret": "api"}}, (Replica(0, 8000),))
     with pytest.raises(VllmctlError, match="secrets in engine flags are not built yet"):
         expand("model_units", {}, HostContext(inv, inv.hosts["gpu-1"], {"llama": plan}, {}))
-
-
-def test_registering_a_pending_task_makes_it_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllmctl.tasks import desired
-
-    monkeypatch.setitem(desired.TASKS, "driver_install", lambda ctx, params: [])
-    text = "phases:\n  - name: drivers\n    tasks:\n      - task: driver_install\n"
-    assert parse_playbook(text, "d.yml").phases[0].tasks[0].task == "driver_install"
 
 
 def test_only_root_reads_the_applied_hashes_which_digest_the_env_file() -> None:

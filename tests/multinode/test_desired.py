@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from vllmctl.inventory.model import Inventory
-from vllmctl.tasks.desired import HostContext, expand
+from vllmctl.tasks import expand
+from vllmctl.tasks.desired import HostContext
 
 Load = Callable[[str], Inventory]
 

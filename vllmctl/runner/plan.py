@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vllmctl.ops import OPERATIONS, Step
-from vllmctl.tasks.desired import HostContext, OpCall, expand
+from vllmctl.tasks import expand
+from vllmctl.tasks.desired import HostContext, OpCall
 from vllmctl.tasks.playbooks import Phase, Playbook
 
 FactRequests = dict[str, tuple[str, ...]]

@@ -1,2 +1,17 @@
-"""Desired state: playbooks (ordered data) and the tasks they name, each expanded for one host into operation
-calls (pure)."""
+"""Desired state: playbooks (ordered data) name tasks, and each task expands for one host into operation calls
+(pure). TASKS is built here, explicitly, from the model tasks and the provisioning tasks."""
+
+from __future__ import annotations
+
+from vllmctl.tasks.desired import MODEL_TASKS, HostContext, OpCall, Params, Task
+from vllmctl.tasks.provision import PROVISION_TASKS
+
+TASKS: dict[str, Task] = {**MODEL_TASKS, **PROVISION_TASKS}
+
+
+def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:
+    """The operation calls one task of a playbook makes for one host."""
+    return TASKS[task](ctx, params)
+
+
+__all__ = ["TASKS", "Task", "expand"]

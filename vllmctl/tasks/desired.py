@@ -228,20 +228,11 @@ def _model_services(ctx: HostContext, params: Params) -> list[OpCall]:
 
 Task = Callable[[HostContext, Params], list[OpCall]]
 
-TASKS: dict[str, Task] = {
+# The host-layout and model tasks; tasks/__init__.py joins them with the provisioning tasks.
+MODEL_TASKS: dict[str, Task] = {
     "base_layout": _base_layout,
     "service_user": _service_user,
     "model_env_files": _model_env_files,
     "model_units": _model_units,
     "model_services": _model_services,
 }
-
-PENDING_TASKS: dict[str, str] = {}
-
-
-def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:
-    return TASKS[task](ctx, params)
-
-
-# Registers the provisioning tasks (driver, engine, staging, health) in TASKS; it builds on the helpers above.
-import vllmctl.tasks.provision  # noqa: E402, F401

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from vllmctl.errors import InvalidInputError, Location, Problem
-from vllmctl.tasks.desired import PENDING_TASKS, TASKS
+from vllmctl.tasks import TASKS
 
 PLAYBOOK_KEYS = {"name", "description", "serial", "max_fail_percentage", "phases"}
 PHASE_KEYS = {"name", "regather", "tasks"}
@@ -111,9 +111,6 @@ def _task(item: Any, keys: tuple[str | int, ...], check: _Checker) -> TaskCall |
         check.add(keys, "each task is a mapping with a `task:` name", "e.g. `- task: base_layout`")
         return None
     name = item["task"]
-    if name in PENDING_TASKS and name not in TASKS:  # a registered task supersedes its pending entry
-        check.add((*keys, "task"), f"task {name} is not built yet ({PENDING_TASKS[name]})", "drop it for now")
-        return None
     if name not in TASKS:
         check.add((*keys, "task"), f"unknown task {name}", f"known tasks: {', '.join(sorted(TASKS))}")
         return None

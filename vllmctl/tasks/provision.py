@@ -1,5 +1,5 @@
 """Desired state for provisioning, pure: the driver, engine venvs, model staging and health tasks a playbook
-names, expanded for one host into operation calls (registered in `vllmctl.tasks.desired.TASKS`)."""
+names, expanded for one host into operation calls (joined into `vllmctl.tasks.TASKS`)."""
 
 from __future__ import annotations
 
@@ -130,4 +130,3 @@ PROVISION_TASKS = {
     "model_staging": _model_staging,
     "health_check": _health_check,
 }
-desired.TASKS.update(PROVISION_TASKS)
