@@ -95,16 +95,6 @@ class InvalidInputError(InputError):
         return "\n".join(p.render() for p in self.problems)
 
 
-class NotBuiltError(VllmctlError):
-    """A command whose capability does not exist yet says so instead of pretending."""
-
-    def __init__(self, command: str, issue: str) -> None:
-        super().__init__(
-            f"`vllmctl {command}` is not built yet",
-            f"tracked in {issue}; nothing was done",
-        )
-
-
 class TransportError(VllmctlError):
     """A host could not be reached or a remote command could not run."""
 

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from vllmctl import __version__, cli
-from vllmctl.commands import COMMAND_MODULES
-from vllmctl.commands.pending import PENDING
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_USAGE
 
@@ -36,25 +34,6 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
         cli.main(["frobnicate"])
     assert exc.value.code == EXIT_USAGE
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
-
-
-def test_unbuilt_commands_say_so_and_fail(capsys: pytest.CaptureFixture[str]) -> None:
-    unbuilt = [name for name in PENDING if name not in _registered_by_real_modules()]
-    assert unbuilt == list(PENDING), "a built command is still listed as pending"
-    for name in unbuilt:
-        assert cli.main([name]) == 1
-        err = capsys.readouterr().err
-        assert f"error: `vllmctl {name}` is not built yet" in err
-        assert "nothing was done" in err
-
-
-def _registered_by_real_modules() -> set[str]:
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    for module in COMMAND_MODULES:
-        if module.__name__ != "vllmctl.commands.pending":
-            module.register(sub)
-    return set(sub.choices)
 
 
 def test_internal_error_becomes_a_message_and_a_log(
