@@ -13,10 +13,10 @@ from rich.console import Console
 
 from vllmctl.status.advice import advise
 from vllmctl.status.metrics import EngineMetrics, Rates, parse_metrics
+from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
     COLUMNS,
     HEADERS,
-    ModelStatus,
     findings,
     status_json,
     status_row,

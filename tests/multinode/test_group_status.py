@@ -15,14 +15,9 @@ from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
-from vllmctl.status.group import (
-    ClusterState,
-    cluster_state,
-    group_models,
-    node_state_script,
-    with_groups,
-)
-from vllmctl.status.view import ModelStatus, findings, status_json, status_row
+from vllmctl.status.group import cluster_state, group_models, node_state_script, with_groups
+from vllmctl.status.model import ClusterState, ModelStatus
+from vllmctl.status.view import findings, status_json, status_row
 
 Load = Callable[[str], Inventory]
 INVENTORY = """\

@@ -12,6 +12,7 @@ import yaml
 from vllmctl.inventory import load_inventory
 from vllmctl.status.advice import Advice, advise
 from vllmctl.status.metrics import EngineMetrics, parse_metrics
+from vllmctl.status.model import ModelStatus
 from vllmctl.status.proposals import (
     Proposal,
     changed_inventory,
@@ -20,7 +21,6 @@ from vllmctl.status.proposals import (
     propose,
     propose_all,
 )
-from vllmctl.status.view import ModelStatus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
 

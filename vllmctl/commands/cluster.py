@@ -32,7 +32,7 @@ from vllmctl.runner.cluster_release import (
     rollback_plan,
 )
 from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
-from vllmctl.status.group import ClusterState
+from vllmctl.status.model import ClusterState
 from vllmctl.tasks.desired import index_credentials
 
 

@@ -41,7 +41,8 @@ from vllmctl.runner.remote import SshRemote
 from vllmctl.status.advice import advise
 from vllmctl.status.group import group_models, with_groups
 from vllmctl.status.metrics import EngineMetrics, parse_metrics, rates
-from vllmctl.status.view import ModelStatus, findings, status_json, status_screen, status_table
+from vllmctl.status.model import ModelStatus
+from vllmctl.status.view import findings, status_json, status_screen, status_table
 from vllmctl.tasks.desired import HostContext, unit_name
 
 HTTP_TIMEOUT_S = 5.0

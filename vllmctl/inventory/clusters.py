@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from vllmctl.inventory.model import ClusterSpec, RaySettings
 
 if TYPE_CHECKING:
-    from vllmctl.inventory.checks import Checker, Resolved
+    from vllmctl.inventory.resolve import Checker, Resolved
 
 FIXED_PORTS = ("gcs_port", "node_manager_port", "object_manager_port", "distributed_port")
 INTERFACE_HINT = (

@@ -10,13 +10,13 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from vllmctl.inventory.checks import mapping
+from vllmctl.inventory.resolve import mapping
 from vllmctl.inventory.values import bare_address, system_directory
 from vllmctl.render.quoting import shell_word
 
 if TYPE_CHECKING:
     from vllmctl.errors import Location
-    from vllmctl.inventory.checks import Checker
+    from vllmctl.inventory.resolve import Checker
 
 MAX_LISTED = 8  # addresses spelled out in one ssh-keyscan hint
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vllmctl.engine_flags import KNOWN_FLAGS, MANAGED_FLAGS, dash_item, value_problem
-from vllmctl.inventory.checks import mapping
+from vllmctl.inventory.resolve import mapping
 from vllmctl.inventory.schema import did_you_mean
 
 if TYPE_CHECKING:
-    from vllmctl.inventory.checks import Checker
     from vllmctl.inventory.positions import FieldPath
+    from vllmctl.inventory.resolve import Checker
 
 HELP_COMMANDS = {"vllm": "vllm serve --help", "sglang": "python -m sglang.launch_server --help"}
 # GPUs one replica uses, per engine: the product of these engine_args (each defaults to 1)

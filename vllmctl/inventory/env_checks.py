@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from vllmctl.inventory.checks import mapping
 from vllmctl.inventory.env_names import reserved_env_problem
+from vllmctl.inventory.resolve import mapping
 from vllmctl.inventory.schema import did_you_mean
 
 if TYPE_CHECKING:
     from vllmctl.errors import Location
-    from vllmctl.inventory.checks import Checker
     from vllmctl.inventory.positions import FieldPath
+    from vllmctl.inventory.resolve import Checker
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # the schema's env_name; other names it reports
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vllmctl.inventory.checks import mapping
+from vllmctl.inventory.resolve import mapping
 from vllmctl.inventory.values import (
     Finding,
     address_key,
@@ -20,8 +20,8 @@ from vllmctl.inventory.values import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from vllmctl.inventory.checks import Checker
     from vllmctl.inventory.positions import FieldPath
+    from vllmctl.inventory.resolve import Checker
 
 HOST_FIELDS: dict[FieldPath, Callable[[str], Finding | None]] = {
     ("address",): address_problem,

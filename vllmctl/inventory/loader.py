@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllmctl.errors import InvalidInputError, Location, Problem
 from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
-from vllmctl.inventory.checks import Checker, Resolved, mapping
+from vllmctl.inventory.checks import run_checks
 from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
     ClusterSpec,
@@ -26,6 +26,7 @@ from vllmctl.inventory.model import (
     SshSettings,
 )
 from vllmctl.inventory.positions import SourceDoc, escape_text
+from vllmctl.inventory.resolve import Checker, Resolved, mapping
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
 from vllmctl.inventory.source import read_yaml
@@ -161,7 +162,7 @@ def _load_ansible_only(doc: SourceDoc, files: ControllerFiles | None) -> Invento
     problems = [*doc.problems, *imported.problems, *scan_strings(doc, ignored_var, vault_ok=True)]
     # the same host checks a vllmctl inventory's hosts get, with no vllmctl settings around them
     checker = Checker(SourceDoc(doc.file, {"hosts": None}), imported, files)
-    resolved = checker.run()
+    resolved = run_checks(checker)
     problems.extend(checker.problems)
     if problems:
         raise InvalidInputError(problems)
@@ -195,7 +196,7 @@ def _load(path: str | os.PathLike[str], files: ControllerFiles | None) -> Invent
     problems.extend(scan_strings(doc))
     imported = _read_ansible(doc, problems)
     checker = Checker(doc, imported, files)
-    resolved = checker.run()
+    resolved = run_checks(checker)
     problems.extend(checker.problems)
     if problems:
         raise InvalidInputError(problems)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vllmctl.inventory.model import Inventory, RaySettings
 
 if TYPE_CHECKING:
-    from vllmctl.inventory.checks import Checker
+    from vllmctl.inventory.resolve import Checker
 
 LOWEST, HIGHEST = 1024, 65535
 FIXED_RAY_PORTS = ("gcs_port", "node_manager_port", "object_manager_port", "distributed_port")

@@ -32,7 +32,8 @@ from vllmctl.multinode.preflight import (
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner.fleet import fan_out
-from vllmctl.status.group import ClusterState, cluster_state, node_state_script
+from vllmctl.status.group import cluster_state, node_state_script
+from vllmctl.status.model import ClusterState
 from vllmctl.transport import SshTransport
 
 FORKS = 32  # a cluster's nodes are asked all at once; groups are small

@@ -6,8 +6,7 @@ a ClusterState, and which models `vllmctl status` shows as a group entry.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
 
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import EngineSpec, Inventory
@@ -17,84 +16,12 @@ from vllmctl.multinode.preflight import MISSING, interface_ip_command
 from vllmctl.multinode.units import ray_unit_name
 from vllmctl.releases.group import group_dir
 from vllmctl.render.quoting import shell_word
+from vllmctl.status.model import NO_RELEASE, UNREACHABLE, ClusterState, ModelStatus
 from vllmctl.tasks.desired import unit_name, venv_path
-
-if TYPE_CHECKING:
-    from vllmctl.status.view import ModelStatus
 
 RAY_STATUS_MARK = "--- ray status ---"
 # a head whose GCS does not answer must not hold `vllmctl status` up: it is "not formed" either way
 RAY_STATUS_TIMEOUT_S = 20
-UNREACHABLE = "unreachable"
-NO_RELEASE = "-"
-
-
-@dataclass(frozen=True)
-class ClusterState:
-    """What the group's used nodes said: each Ray unit's state, what `ray status` on the head counts, and the
-    head's engine unit; `errors` names the nodes that could not be asked and why."""
-
-    group: str
-    head: str
-    ray_units: Mapping[str, str]  # used node -> systemd ActiveState of its Ray unit, or "unreachable"
-    ray_nodes: int
-    ray_gpus: float
-    missing: str | None  # what the cluster lacks to be whole; None when it is formed
-    engine_unit: str
-    engine: str  # the head's engine unit state
-    errors: Mapping[str, str] = field(default_factory=dict)
-    releases: Mapping[str, str] = field(default_factory=dict)  # used node -> its `current` group release
-    known_good: Mapping[str, str] = field(default_factory=dict)  # used node -> its `known-good` pointer
-
-    @property
-    def release(self) -> str | None:
-        """The group's release when every answering node is on the same one; None when none or mixed."""
-        ids = set(self.releases.values())
-        return next(iter(ids)) if len(ids) == 1 and NO_RELEASE not in ids else None
-
-    @property
-    def formed(self) -> bool:
-        return self.missing is None
-
-    @property
-    def ray_ok(self) -> bool:
-        """Every Ray unit active and the cluster whole (the engine's own health is judged apart)."""
-        return self.formed and all(state == "active" for state in self.ray_units.values())
-
-    def summary(self) -> str:
-        """Short text for a table cell, e.g. "ray 2/2 active, formed"."""
-        active = sum(state == "active" for state in self.ray_units.values())
-        return f"ray {active}/{len(self.ray_units)} active, {'formed' if self.formed else 'not formed'}"
-
-    def problems(self) -> list[str]:
-        """One sentence per thing that keeps the group from being whole."""
-        found = [f"{host}: {why}" for host, why in self.errors.items()]
-        found += [
-            f"Ray unit on {host} is {state}"
-            for host, state in self.ray_units.items()
-            if state not in ("active", UNREACHABLE)
-        ]
-        if self.missing is not None:
-            found.append(f"ray status: {self.missing}")
-        if len(set(self.releases.values())) > 1:
-            on = ", ".join(f"{host} {release}" for host, release in self.releases.items())
-            found.append(f"nodes are on different group releases ({on}): re-run `vllmctl cluster`")
-        return found
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "head": self.head,
-            "ray_units": dict(self.ray_units),
-            "ray_nodes": self.ray_nodes,
-            "ray_gpus": self.ray_gpus,
-            "formed": self.formed,
-            "engine_unit": self.engine_unit,
-            "engine": self.engine,
-            "releases": dict(self.releases),
-            "known_good": dict(self.known_good),
-            "ok": self.ray_ok,
-        }
 
 
 def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_address: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from vllmctl.status.advice import Advice
-from vllmctl.status.view import ModelStatus
+from vllmctl.status.model import ModelStatus
 
 # The advice that decides a model's change when its processes disagree: a process short of memory outranks
 # one with headroom, since a bigger batch on the short one would preempt more.

@@ -5,22 +5,17 @@ display rows, a rich Table and JSON; flags a measured KV cache that strays from 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from vllmctl.status.advice import Advice
 from vllmctl.status.metrics import EngineMetrics, Rates
-
-if TYPE_CHECKING:
-    from vllmctl.status.group import ClusterState
+from vllmctl.status.model import KV_DEVIATION_MAX, ModelStatus
 
 # The planner's KV figure is checked against what the engine reported at startup. Within 5 % is the
 # accuracy the planner aims for; beyond it the plan's concurrency promises do not hold.
-KV_DEVIATION_MAX = 0.05
 MISSING = "-"
 HEADERS = {
     "host": "HOST",
@@ -38,51 +33,6 @@ HEADERS = {
     "advice": "ADVICE",
 }
 COLUMNS = tuple(HEADERS)
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    """What was gathered for one engine process; None where it could not be learned."""
-
-    host: str
-    model: str
-    port: int
-    service_state: str = "unknown"  # systemd's ActiveState: active, failed, inactive, activating, ...
-    release: str | None = None
-    healthy: bool | None = None  # None: not checked (the service was not active, or the host unreachable)
-    metrics: EngineMetrics | None = None
-    rates: Rates | None = None
-    advice: tuple[Advice, ...] = ()
-    planned_kv_tokens: int | None = None
-    measured_kv_tokens: int | None = None  # from the startup log; else the metrics' own KV capacity
-    error: str = ""  # why nothing more is known, e.g. "unreachable: connection timed out"
-    notes: tuple[str, ...] = ()
-    group: ClusterState | None = None  # a multi-node model: its Ray cluster, this entry being the head's
-
-    @property
-    def kv_tokens(self) -> int | None:
-        if self.measured_kv_tokens is not None:
-            return self.measured_kv_tokens
-        capacity = self.metrics.kv_capacity_tokens if self.metrics else None
-        return int(capacity) if capacity is not None else None
-
-    @property
-    def kv_deviation(self) -> float | None:
-        """(measured - planned) / planned; None unless both are known."""
-        measured = self.kv_tokens
-        if measured is None or not self.planned_kv_tokens:
-            return None
-        return (measured - self.planned_kv_tokens) / self.planned_kv_tokens
-
-    @property
-    def kv_off_plan(self) -> bool:
-        deviation = self.kv_deviation
-        return deviation is not None and abs(deviation) > KV_DEVIATION_MAX
-
-    @property
-    def ok(self) -> bool:
-        engine_ok = not self.error and self.service_state == "active" and self.healthy is True
-        return engine_ok and (self.group is None or self.group.ray_ok)
 
 
 def _number(value: float | None, digits: int = 0) -> str:
