@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from vllmctl.bench import LoadSpec, benchmark_endpoint
 from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.report import LoadSpec
+from vllmctl.bench.smoke import benchmark_endpoint
 from vllmctl.cli import main
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases

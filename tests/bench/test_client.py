@@ -8,8 +8,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from vllmctl.bench import LoadSpec, benchmark_endpoint
 from vllmctl.bench.client import completion_payload, stream_completion
+from vllmctl.bench.report import LoadSpec
+from vllmctl.bench.smoke import benchmark_endpoint
 
 
 def _one(base_url: str, model: str, tokens: int, clock: Any) -> Any:

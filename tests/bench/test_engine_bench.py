@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from vllmctl.bench import LoadSpec, benchmark_endpoint, check_report, load_tokenizer
+from vllmctl.bench.prompts import load_tokenizer
+from vllmctl.bench.report import LoadSpec, check_report
+from vllmctl.bench.smoke import benchmark_endpoint
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

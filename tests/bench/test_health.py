@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllmctl.bench.health import Progress, growing_waits, startup_deadline_s, wait_healthy
+from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.readiness import Progress, growing_waits, startup_deadline_s
 
 
 def test_startup_deadline_has_a_floor_and_grows_with_the_weights() -> None:

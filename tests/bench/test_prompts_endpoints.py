@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllmctl.bench import endpoints_for, load_tokenizer
-from vllmctl.bench.prompts import WORDS, prompt_maker, token_prompts, word_prompts
+from vllmctl.bench.endpoints import endpoints_for
+from vllmctl.bench.prompts import WORDS, load_tokenizer, prompt_maker, token_prompts, word_prompts
 from vllmctl.errors import InputError
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 
@@ -87,6 +87,6 @@ def test_only_an_absolute_local_source_offers_its_tokenizer(tmp_path: Path) -> N
 
 
 def test_an_endpoint_given_by_url_is_labelled_by_its_model() -> None:
-    from vllmctl.bench import Endpoint
+    from vllmctl.bench.endpoints import Endpoint
 
     assert Endpoint("", "llama", 0, "http://h:1").label == "llama"

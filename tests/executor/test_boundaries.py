@@ -4,6 +4,8 @@ modules import nothing that reaches the network, processes or the clock, and pri
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,77 @@ def test_only_quoting_py_quotes_for_a_target() -> None:
         if found:
             offenders[relative] = found
     assert offenders == {}
+
+
+# Imported for real, each in a fresh process: what a core module pulls in through every import it makes.
+NETWORK_LIBS = ("paramiko", "fabric", "invoke", "httpx", "aiohttp", "requests", "urllib3", "huggingface_hub")
+EDGE_MODULES = ("vllmctl.transport", "vllmctl.console", "vllmctl.runner.remote", "vllmctl.runner.execute")
+PROBE = """
+import importlib, os, sys
+banned = sys.argv[1].split(",")
+for name in sys.argv[2:]:
+    pid = os.fork()
+    if pid == 0:
+        importlib.import_module(name)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in banned or m in banned)
+        print(name, *loaded) if loaded else None
+        sys.stdout.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_pure_modules_load_no_network_ssh_or_console_module_transitively() -> None:
+    """`import` of any core module, in a process that has imported nothing else of vllmctl, loads no SSH or
+    HTTP library, no transport and no console: the pure core stays pure through what it imports."""
+    names = [_module_name(path) for path in PURE_FILES]
+    banned = ",".join((*NETWORK_LIBS, *EDGE_MODULES))
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, banned, *names], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert probe.stdout.splitlines() == [], probe.stdout
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(path) for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                candidates = {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+                found.update(candidates & modules)
+            elif isinstance(node, ast.Import):
+                found.update({alias.name for alias in node.names} & modules)
+        graph[_module_name(path)] = found - {_module_name(path)}  # a package importing its own submodules
+    return graph
+
+
+def test_no_import_cycles_between_modules() -> None:
+    graph = _import_graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 finished
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                cycles.append([*path[path.index(imported) :], imported])
+            elif imported not in state:
+                visit(imported, [*path, imported])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_at_most_eight_loose_top_level_modules() -> None:
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= 8, loose

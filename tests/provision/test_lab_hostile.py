@@ -26,6 +26,7 @@ from vllmctl.inventory.model import (
     Host,
     Inventory,
     ModelDeployment,
+    SecretRef,
     SshSettings,
 )
 from vllmctl.lab.testing import LabFleet, LabHostInfo
@@ -83,7 +84,8 @@ def test_real_systemd_runs_exactly_the_rendered_argv_and_environment(
     env = {"PYTHONPATH": PROBE, "PROBE_DIR": PROBE, "HOSTILE_ENV": HOSTILE, "PCT": "%n%%", "EMPTY": ""}
     gpus = GpuSpec("H100-80GB", 2)
     host = Host(spare.name, spare.address, SshSettings(), gpus, DriverSpec(), engine, {"env": env})
-    inv = Inventory("inv.yml", {spare.name: host}, {}, {model.name: model})
+    secrets = {"hf_token": SecretRef("hf_token", env="HF_TOKEN")}
+    inv = Inventory("inv.yml", {spare.name: host}, {}, {model.name: model}, secrets)
     replica = Replica(0, 8999, (1, 0))
     ctx = HostContext(inv, host, {model.name: ModelPlan(args, (replica,))}, {"hf_token": HOSTILE + "-token"})
     unit, env_text = render_unit(ctx, model, replica), render_env(ctx, model)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllmctl.bench import EndpointReport, RequestResult, summarize
-from vllmctl.bench.health import HealthResult
+from vllmctl.bench.readiness import HealthResult
+from vllmctl.bench.report import EndpointReport
+from vllmctl.bench.stats import RequestResult, summarize
 from vllmctl.releases.gate import EndpointCheck, decide
 
 HEALTHY = HealthResult(ok=True, elapsed_s=12.3, attempts=5, stage="ready")

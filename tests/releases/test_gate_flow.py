@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from local_remote import LocalRemote
 
-from vllmctl.bench import EndpointReport, RequestResult, summarize
-from vllmctl.bench.health import HealthResult
+from vllmctl.bench.readiness import HealthResult
+from vllmctl.bench.report import EndpointReport
+from vllmctl.bench.stats import RequestResult, summarize
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.ops import Command
 from vllmctl.ops.release import create_release

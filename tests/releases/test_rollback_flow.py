@@ -13,7 +13,7 @@ import pytest
 from builders import VENV, manifest
 from local_remote import LocalRemote
 
-from vllmctl.bench.health import HealthResult
+from vllmctl.bench.readiness import HealthResult
 from vllmctl.commands import history, rollback
 from vllmctl.commands.rollback import roll_back_host
 from vllmctl.console import Ui

@@ -12,7 +12,7 @@ from local_remote import LocalRemote
 from test_gate_flow import VENV, apply_units, health, opts
 
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.runner import RunOptions, run_playbook
+from vllmctl.runner.execute import RunOptions, run_playbook
 from vllmctl.runner.release import gate_host, read_releases
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Phase, Playbook

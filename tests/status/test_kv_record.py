@@ -220,12 +220,13 @@ def test_the_gate_records_prediction_and_measurement_in_the_release(
         (host.root / "active" / name).touch()
 
     def healthy(url: str, model: str, deadline_s: float, on_progress: Any, api_key: Any = None) -> Any:
-        from vllmctl.bench.health import HealthResult
+        from vllmctl.bench.readiness import HealthResult
 
         return HealthResult(True, 1.0, 1, "ready", "")
 
     def bench(url: str, model: str, api_key: Any = None) -> Any:
-        from vllmctl.bench import EndpointReport, RequestResult, summarize
+        from vllmctl.bench.report import EndpointReport
+        from vllmctl.bench.stats import RequestResult, summarize
 
         done = [RequestResult(ok=True, ttft=0.05, itl=(0.01,), latency=0.1, output_tokens=2)]
         return EndpointReport(url, model, (summarize(done, 1, 1.0),))

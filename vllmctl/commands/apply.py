@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllmctl.bench.health import FLOOR_S
+from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
@@ -22,10 +22,9 @@ from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
-from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans, summary
 from vllmctl.runner.cluster_release import GroupGateOptions
-from vllmctl.runner.execute import AfterHost
+from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fleet import (
     api_keys,
     append_local_audit,

@@ -11,18 +11,11 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.bench import (
-    Endpoint,
-    EndpointReport,
-    LevelSummary,
-    LoadSpec,
-    Violation,
-    benchmark_endpoint,
-    check_report,
-    endpoints_for,
-    load_tokenizer,
-)
-from vllmctl.bench.stats import SLO_KEYS
+from vllmctl.bench.endpoints import Endpoint, endpoints_for
+from vllmctl.bench.prompts import load_tokenizer
+from vllmctl.bench.report import EndpointReport, LoadSpec, check_report
+from vllmctl.bench.smoke import benchmark_endpoint
+from vllmctl.bench.stats import SLO_KEYS, LevelSummary, Violation
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vllmctl.bench.health import FLOOR_S
+from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.bench.health import HealthCheck
+from vllmctl.bench.readiness import HealthCheck
 from vllmctl.commands.history import RemoteFor, survey
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.bench import SmokeBench
-from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup

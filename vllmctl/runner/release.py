@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
-from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
+from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.report import EndpointReport
+from vllmctl.bench.smoke import SmokeBench, benchmark_endpoint
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
