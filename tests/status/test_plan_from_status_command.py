@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from vllmctl import cli
-from vllmctl.commands import status as status_command
 from vllmctl.inventory import load_inventory
+from vllmctl.runner import status as status_flow
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def host_facts(monkeypatch: pytest.MonkeyPatch) -> None:
         units = {"vllmctl-tiny-0.service": {"active_state": "active"}}
         return {name: {"facts": {"units": units, "releases": {"current": "r1"}}} for name in contexts}
 
-    monkeypatch.setattr(status_command, "gather_hosts", gathered)
+    monkeypatch.setattr(status_flow, "gather_hosts", gathered)
 
 
 def test_a_queue_behind_max_num_seqs_is_shown_as_an_inventory_diff(

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from vllmctl.bench.endpoints import Endpoint
-from vllmctl.commands.status import Scrape, build_statuses, scrape_all
 from vllmctl.inventory import load_inventory
 from vllmctl.planner.inventory_plan import InventoryPlan
+from vllmctl.runner.status import scrape_all
+from vllmctl.status.build import Scrape, build_statuses
 from vllmctl.status.metrics import parse_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"

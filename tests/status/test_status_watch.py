@@ -21,6 +21,7 @@ import pytest
 from vllmctl import cli
 from vllmctl.commands import status as status_command
 from vllmctl.console import Ui
+from vllmctl.runner import status as status_flow
 from vllmctl.status.model import ModelStatus
 
 from .test_plan_from_status_command import _inventory, host_facts  # noqa: F401  (a fixture)
@@ -42,7 +43,7 @@ def test_rounds_are_paced_from_their_start_and_ctrl_c_keeps_the_last_whole_round
             raise KeyboardInterrupt
         now[0] += seconds
 
-    last = status_command.watch(gather, shown.append, 5.0, clock=lambda: now[0], sleep=sleep)
+    last = status_flow.watch(gather, shown.append, 5.0, clock=lambda: now[0], sleep=sleep)
     assert slept == [3.5, 3.5]
     assert [s[0].host for s in shown] == ["a", "b"]
     assert last == [ModelStatus("b", "m", 1)]
@@ -60,14 +61,14 @@ def test_a_round_slower_than_every_starts_the_next_at_once() -> None:
         slept.append(seconds)
         raise KeyboardInterrupt
 
-    status_command.watch(gather, lambda _: None, 5.0, clock=lambda: now[0], sleep=sleep)
+    status_flow.watch(gather, lambda _: None, 5.0, clock=lambda: now[0], sleep=sleep)
     assert slept == [0.0]
 
 
 def _run_rounds(argv: list[str], rounds: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
     """Run `status` in-process; the round after `rounds` is interrupted as Ctrl-C would interrupt it."""
     gathered = [0]
-    real_gather = status_command._gather
+    real_gather = status_flow.gather
 
     def counted(*args: Any) -> list[ModelStatus]:
         gathered[0] += 1
@@ -75,7 +76,7 @@ def _run_rounds(argv: list[str], rounds: int, monkeypatch: pytest.MonkeyPatch) -
             raise KeyboardInterrupt
         return real_gather(*args)
 
-    monkeypatch.setattr(status_command, "_gather", counted)
+    monkeypatch.setattr(status_flow, "gather", counted)
     out = io.StringIO()
     ui = Ui(out=out, err=io.StringIO())
     args = cli.build_parser().parse_args(argv)

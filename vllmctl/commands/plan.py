@@ -17,7 +17,7 @@ from rich.table import Table
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Problem, VllmctlError
 from vllmctl.inventory import load_inventory
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import cluster_entries
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
@@ -28,11 +28,11 @@ from vllmctl.runner.fleet import (
     host_contexts,
     host_resources_from,
     load_model_archs,
-    runs_on_cpu,
     select_hosts,
     served_plan,
 )
 from vllmctl.runner.refusals import refused_problems, vet_proposals
+from vllmctl.runner.status import collect
 from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff, propose_all
 
 
@@ -138,8 +138,6 @@ def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan) -> None:
 
 
 def _from_status(args: argparse.Namespace, ui: Ui, inv: Inventory) -> int:
-    from vllmctl.commands.status import collect  # a command module: loaded only for this path
-
     hosts = select_hosts(inv, args.limit)
     statuses = collect(inv, hosts, served_plan(inv), args.model, args.interval, args.timeout, args.samples)
     looked_at = {s.model for s in statuses}

