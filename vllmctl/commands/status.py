@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from rich.live import Live
 
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
@@ -24,7 +25,7 @@ from vllmctl.status.view import findings, status_json, status_screen, status_tab
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("status", help="show serving status, live metrics and tuning advice")
     parser.add_argument("inventory", help="inventory file")
-    parser.add_argument("--limit", help="comma list of hosts or groups")
+    options.add_limit(parser)
     parser.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     parser.add_argument(
         "--interval",
@@ -41,8 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=5.0,
         help="with --watch: seconds from one round to the next (default 5)",
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host for SSH facts")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    options.add_timeout(parser)
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
