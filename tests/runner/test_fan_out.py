@@ -65,3 +65,19 @@ def test_on_each_host_keeps_errors_as_values_and_closes_every_connection(
     found = on_each_host(host_contexts(inv, ["a", "b"], {}), work, forks=2)
     assert found == {"a": {"facts": "a"}, "b": {"error": "b: unreachable", "hint": "is sshd running?"}}
     assert sorted(closed) == ["a", "b"]
+
+
+def test_read_only_contexts_never_read_a_local_model_folder(tmp_path: Path) -> None:
+    """status, history, facts, plan and rollback build contexts without hashing what apply would push."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        "vllmctl: 1\nhosts:\n  a: {address: 10.0.0.1}\n"
+        f"models:\n  m: {{source: {model}, hosts: [a], engine_args: {{max_model_len: 128}}}}\n"
+    )
+    inv = load_inventory(path)
+    assert host_contexts(inv, ["a"], {}, stage_models=False)["a"].local_files == {}
+    staged = host_contexts(inv, ["a"], {})["a"].local_files[str(model)]
+    assert staged is not None and [entry["name"] for entry in staged] == ["config.json"]

@@ -158,7 +158,7 @@ def gathered_gpus(
     undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
     if not undeclared:
         return {}, {}
-    contexts = host_contexts(inventory, undeclared, {})
+    contexts = host_contexts(inventory, undeclared, {}, stage_models=False)
     gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, 16)
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 

@@ -58,7 +58,9 @@ def summarize(name: str, value: Any) -> str:
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     hosts = select_hosts(inventory, args.limit)
-    gathered = gather_fleet_facts(host_contexts(inventory, hosts, {}), SHOWN, args.timeout, args.forks)
+    gathered = gather_fleet_facts(
+        host_contexts(inventory, hosts, {}, stage_models=False), SHOWN, args.timeout, args.forks
+    )
     if args.json:
         ui.json(gathered)
     else:

@@ -189,7 +189,7 @@ def run(
 ) -> int:
     inventory = planned_inventory(load_inventory(args.inventory))
     selected = select_hosts(inventory, args.limit)
-    contexts = host_contexts(inventory, selected, {})
+    contexts = host_contexts(inventory, selected, {}, stage_models=False)
     found = survey(contexts, remote_for, args.timeout, args.forks)
     groups = group_history(inventory, selected, read_groups, args.timeout)
     rows = [row for s in found if s.state is not None for row in history_rows(s.host, s.state)]

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     selected = set(select_hosts(inv, args.limit))
     facts, resources = None, None
     if args.gather_facts:
-        contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {})
+        contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
         gathered = gather_fleet_facts(
             contexts, ("gpus", "resources"), args.timeout, forks=options.DEFAULT_FORKS
         )

@@ -248,7 +248,7 @@ def run(
     selected = select_hosts(inventory, args.limit)
     selection, problems = _selection(inventory, selected)
     hosts = [host for host in selected if host not in selection.covered]
-    contexts = host_contexts(inventory, hosts, {})
+    contexts = host_contexts(inventory, hosts, {}, stage_models=False)
     if not args.yes:
         return _show_plan(args, ui, inventory, contexts, remote_for, selection, problems)
     opts = GateOptions(

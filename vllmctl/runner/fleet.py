@@ -82,14 +82,19 @@ def host_contexts(
     hosts: list[str],
     secrets: Mapping[str, str],
     plans: Mapping[str, Mapping[str, ModelPlan]] | None = None,
+    stage_models: bool = True,
 ) -> dict[str, HostContext]:
-    sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
-    sources += [
-        str(inventory.hosts[n].vars["engine_wheelhouse"])
-        for n in hosts
-        if "engine_wheelhouse" in inventory.hosts[n].vars
-    ]
-    local = local_models(sources)
+    """One HostContext per host. `stage_models` (apply only) reads the local model folders and wheelhouses
+    the hosts will receive; read-only commands pass False and never hash a model folder."""
+    local: dict[str, list[dict[str, Any]] | None] = {}
+    if stage_models:
+        sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        sources += [
+            str(inventory.hosts[n].vars["engine_wheelhouse"])
+            for n in hosts
+            if "engine_wheelhouse" in inventory.hosts[n].vars
+        ]
+        local = local_models(sources)
     return {
         name: HostContext(inventory, inventory.hosts[name], (plans or {}).get(name, {}), secrets, local)
         for name in hosts

@@ -86,7 +86,7 @@ def collect(
     gauge read right after requests finished shows a batch that the next step refills).
     """
     endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts())
-    facts = gather_hosts(host_contexts(inv, hosts, {}), timeout_s)
+    facts = gather_hosts(host_contexts(inv, hosts, {}, stage_models=False), timeout_s)
     first = scrape_all(endpoints)
     started = time.monotonic()
     between = []
