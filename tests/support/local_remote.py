@@ -18,11 +18,13 @@ MOVED = ("/var/lib/vllmctl", "/etc/systemd/system", "/opt/vllmctl")
 
 SYSTEMCTL = """#!/bin/bash
 echo "systemctl $*" >> "$ROOT/calls"
-verb=$1; shift; [ "$1" = "--" ] && shift
+verb=$1; shift; [ "$1" = "-p" ] && shift 2; [ "$1" = "--" ] && shift
 for u in "$@"; do case $verb in
   start) touch "$ROOT/active/$u";; stop) rm -f "$ROOT/active/$u";;
-  show) state=inactive; [ -e "$ROOT/active/$u" ] && state=active; [ -e "$ROOT/crashed/$u" ] && state=failed
-        printf 'Id=%s\nActiveState=%s\nNRestarts=0\n\n' "$u" "$state";; esac; done
+  show) state=inactive/dead; [ -e "$ROOT/active/$u" ] && state=active/running
+        [ -e "$ROOT/crashed/$u" ] && state=failed/failed
+        printf 'Id=%s\nActiveState=%s\n' "$u" "${state%/*}"
+        printf 'SubState=%s\nNRestarts=0\n\n' "${state#*/}";; esac; done
 true
 """
 JOURNALCTL = """#!/bin/bash

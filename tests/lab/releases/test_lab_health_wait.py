@@ -12,7 +12,7 @@ import pytest
 from vllmctl.lab.testing import LabFleet
 from vllmctl.ops.service_start import POLL
 from vllmctl.paths import WAIT_HEALTHY_HELPER as HELPER
-from vllmctl.runner.release import exited_units
+from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units
 
 pytestmark = pytest.mark.lab
 
@@ -82,7 +82,7 @@ def test_a_running_engine_that_never_answers_waits_out_the_deadline(lab_fleet: L
 
 
 def _show(lab_fleet: LabFleet, unit: str) -> str:
-    argv = ["systemctl", "show", "-p", "Id,ActiveState,NRestarts", "--", unit]
+    argv = ["systemctl", "show", "-p", SHOW_PROPERTIES, "--", unit]
     return lab_fleet.ssh(lab_fleet.hosts[-1], shlex.join(argv)).stdout
 
 
@@ -99,7 +99,9 @@ def test_a_crash_before_a_manual_restart_is_forgotten_but_one_during_the_wait_is
         deadline = time.monotonic() + 60
         while "NRestarts=1" not in _show(lab_fleet, unit) and time.monotonic() < deadline:
             time.sleep(1)
-        assert exited_units(_show(lab_fleet, unit)) == [f"{unit} (active, 1 restarts)"]
+        assert exited_units(_show(lab_fleet, unit)) == [
+            f"{unit} (active/running, 1 restarts since the wait began)"
+        ]
         assert lab_fleet.ssh(host, f"sudo systemctl restart {unit}").returncode == 0
         assert exited_units(_show(lab_fleet, unit)) == []
         lab_fleet.ssh(host, f"sudo systemctl kill -s KILL {unit}")

@@ -15,9 +15,9 @@ from vllmctl.bench.readiness import HealthResult
 from vllmctl.ops import Command
 from vllmctl.ops.release import create_release
 from vllmctl.releases.host import pointer_switch
+from vllmctl.releases.unit_exit import exited_units
 from vllmctl.runner.release import (
     desired_manifest,
-    exited_units,
     gate_host,
     read_releases,
     run_step,
@@ -149,8 +149,8 @@ def test_exited_units_from_systemctl_show() -> None:
         "Id=vllmctl-c-0.service\nActiveState=failed\nNRestarts=0\n"
     )
     assert exited_units(show) == [
-        "vllmctl-b-0.service (activating, 2 restarts)",
-        "vllmctl-c-0.service (failed, 0 restarts)",
+        "vllmctl-b-0.service (activating/, 2 restarts since the wait began)",
+        "vllmctl-c-0.service (failed/, 0 restarts since the wait began)",
     ]
     assert exited_units("") == []
 
@@ -161,4 +161,4 @@ def test_waiting_for_health_stops_as_soon_as_the_unit_has_died(host: LocalRemote
     watch = watch_units(host, [UNIT], 10)
     result = wait_for_health("http://127.0.0.1:9", "m", 60.0, watch)  # nothing listens on port 9
     assert not result.ok and result.elapsed_s < 10
-    assert result.last_error == f"the engine exited: {UNIT} (failed, 0 restarts)"
+    assert result.last_error == f"the engine exited: {UNIT} (failed/failed, 0 restarts since the wait began)"
