@@ -153,3 +153,21 @@ def test_hub_config_is_read_from_the_local_cache_when_offline(tmp_path: Path) ->
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["param_count"] > 0
+
+
+def test_only_a_listed_mlp_or_its_projections_count_as_an_unquantized_mlp_layer() -> None:
+    from vllmctl.catalog.quant import parse_quantization
+
+    raw = {
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": [
+            "model.layers.0.mlp",  # a dense first layer kept in bf16
+            "model.layers.1.mlp.down_proj",
+            "model.layers.2.mlp.gate",  # an MoE router: always full precision, says nothing of the experts
+            "model.layers.3.mlp.shared_expert_gate",
+            "lm_head",
+        ],
+    }
+    quant = parse_quantization(raw)
+    assert quant is not None and quant.unquantized_mlp_layers == (0, 1)
