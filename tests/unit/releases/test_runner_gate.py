@@ -73,7 +73,7 @@ def test_gate_runs_under_the_lock_and_a_failed_canary_stops_the_rollout(tmp_path
 
 
 def test_only_playbooks_that_start_services_are_gated() -> None:
-    from vllmctl.commands.apply import gates
+    from vllmctl.runner.apply import gates
     from vllmctl.tasks.playbooks import load_playbook
 
     assert gates(load_playbook("site"))
