@@ -49,6 +49,7 @@ def test_an_unknown_jump_host_key_names_the_jump_host() -> None:
         (TimeoutError("timed out"), "unreachable (no answer within 10s)"),
         (ConnectionRefusedError(111, "refused"), "unreachable"),
         (paramiko.AuthenticationException("denied"), "authentication failed"),
+        (paramiko.ChannelException(2, "Connect failed"), "unreachable from the jump host (Connect failed"),
     ],
 )
 def test_connect_errors_say_what_went_wrong(exc: Exception, words: str) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,22 @@ def test_the_jump_host_key_is_checked_strictly(
     assert f"host key unknown for {jump.address}" in refused.value.message
     assert f"ssh-keyscan -p 22 {jump.address} >> {known}" in refused.value.hint
     assert known.read_text() == before  # strict: nothing was recorded
+
+
+def test_a_target_the_jump_host_cannot_reach_fails_fast_as_unreachable(
+    lab_fleet: LabFleet, pair: tuple[LabHostInfo, LabHostInfo, Path], tmp_path: Path
+) -> None:
+    _, target, config = pair
+    closed = tmp_path / "closed_port"
+    closed.write_text(
+        config.read_text().replace(f"HostName {target.address}\n", f"HostName {target.address}\n    Port 1\n")
+    )
+    transport = SshTransport(proxied_host(lab_fleet.known_hosts), ssh_config=[str(closed)])
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="unreachable from the jump host"):
+        transport.run(["true"], timeout=60)
+    assert time.monotonic() - started < 30
+    assert transport._chain == []  # the jump host's connection was closed too
 
 
 def test_the_cli_reaches_a_host_named_by_an_alias_in_the_users_ssh_config(

@@ -129,6 +129,11 @@ def connect_error(target: SshTarget, exc: Exception) -> TransportError:
             f"add it with `{_keyscan(entry)} >> {known}` after checking its "
             "fingerprint, or set ssh.strict_host_keys: false to record it on first use",
         )
+    if isinstance(exc, paramiko.ChannelException):
+        return TransportError(
+            f"{where}: unreachable from the jump host ({exc.text}, code {exc.code})",
+            "check that the jump host can reach the address and port, and that it allows TCP forwarding",
+        )
     if isinstance(exc, socket.timeout | TimeoutError):
         return TransportError(
             f"{where}: unreachable (no answer within {target.connect_timeout_s:g}s)",

@@ -48,7 +48,10 @@ class SshTransport:
         target = self.target
         try:
             self._chain = connection_chain(target)
-            self._chain[-1].open()  # opens the jump hosts first, each through the one before
+            for connection in self._chain:  # jump hosts first, each through the one before
+                connection.open()
+                # the next hop's direct-tcpip channel waits this long, not paramiko's default hour
+                connection.transport.channel_timeout = target.connect_timeout_s
         # paramiko re-raises its reader thread's EOFError when sshd closes the connection mid-handshake
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
