@@ -3,6 +3,7 @@ HostName, User, IdentityFile and the jump; host keys stay strict for the jump ho
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -68,6 +69,34 @@ def test_a_command_runs_on_the_alias_target_through_the_jump_host(
         assert transport.run(["id", "-u"], sudo=True, timeout=60).stdout.strip() == "0"
         assert [c.host for c in transport._chain] == [jump.address, target.address]
     finally:
+        transport.close()
+
+
+def test_uploads_go_through_the_jump_host_too(
+    lab_fleet: LabFleet, pair: tuple[LabHostInfo, LabHostInfo, Path], tmp_path: Path
+) -> None:
+    """`put` (stdin) and `put_file` (SFTP on the same Fabric connection), then read back on the target."""
+    _, _, config = pair
+    payload = os.urandom(200_000)
+    source = tmp_path / "payload.bin"
+    source.write_bytes(payload)
+    transport = SshTransport(proxied_host(lab_fleet.known_hosts), ssh_config=[str(config)])
+    folder = f"/var/tmp/vllmctl-proxyjump-{os.getpid()}"
+    try:
+        assert transport.run(["mkdir", "-p", folder], sudo=True, timeout=60).ok
+        sent = transport.put_file(str(source), f"{folder}/pushed.bin", hashlib.sha256(payload).hexdigest())
+        assert sent.ok, sent.failure("pushing a file")
+        assert transport.put(b"through stdin\n", f"{folder}/put.txt", mode="0600", timeout=60).ok
+        listing = transport.run(
+            f"sha256sum {folder}/pushed.bin; cat {folder}/put.txt; stat -c %a {folder}/put.txt",
+            sudo=True,
+            timeout=60,
+        )
+        lines = listing.stdout.splitlines()
+        assert lines[0].split()[0] == hashlib.sha256(payload).hexdigest()
+        assert lines[1:] == ["through stdin", "600"]
+    finally:
+        transport.run(["rm", "-rf", folder], sudo=True, timeout=60)
         transport.close()
 
 
