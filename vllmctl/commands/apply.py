@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vllmctl.bench.health import FLOOR_S
+from vllmctl.bench.readiness import FLOOR_S
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
 from vllmctl.inventory import load_inventory
@@ -22,10 +23,9 @@ from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
-from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans, summary
 from vllmctl.runner.cluster_release import GroupGateOptions
-from vllmctl.runner.execute import AfterHost
+from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fleet import (
     api_keys,
     append_local_audit,
@@ -56,13 +56,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--playbook", default="site", help="a shipped playbook name or a file (default: site)"
     )
-    parser.add_argument("--limit", help="comma list of hosts or groups")
+    options.add_limit(parser)
     parser.add_argument("--check", action="store_true", help="show what would change; change nothing")
     parser.add_argument("--diff", action="store_true", help="show unified diffs of changed files")
-    parser.add_argument("--forks", type=int, default=16, help="hosts worked on at once (default 16)")
+    options.add_forks(parser)
     parser.add_argument("--batch-size", type=int, help="hosts per batch (overrides the playbook's serial)")
     parser.add_argument("--max-fail-percentage", type=float, help="stop later batches past this failure rate")
-    parser.add_argument("--command-timeout", type=float, default=600.0, help="seconds per remote command")
+    options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--host-timeout", type=float, default=3600.0, help="seconds per host for the run")
     parser.add_argument(
         "--no-gate",
@@ -79,13 +79,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"(default: {FLOOR_S:g} s, plus 15 s per GiB of weights on a single host)",
     )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
-    parser.add_argument(
-        "--yes", action="store_true", help="do not ask for confirmation on a terminal (never asked otherwise)"
-    )
+    options.add_yes(parser, "do not ask for confirmation on a terminal (never asked otherwise)")
     parser.add_argument(
         "--offline", action="store_true", help="never fetch model configs from the hub for planning"
     )
-    parser.add_argument("--json", action="store_true", help="print the full result as JSON to stdout")
+    options.add_json(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="also list steps that were no-ops")
     parser.set_defaults(func=run)
 
@@ -105,7 +103,7 @@ def release_hook(args: argparse.Namespace, inventory: Inventory, started: str) -
         created_at=started,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         keep=args.keep_releases or inventory.releases.keep,
-        command_timeout_s=min(args.command_timeout, 120.0),
+        command_timeout_s=options.bookkeeping_timeout(args),
         health_timeout_s=args.health_timeout or FLOOR_S,
         api_keys=api_keys(inventory, os.environ),
     )
@@ -133,7 +131,7 @@ def deploy_groups(
         break_lock=args.break_lock,
         created_at=started,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
-        command_timeout_s=min(args.command_timeout, 120.0),
+        command_timeout_s=options.bookkeeping_timeout(args),
         health_timeout_s=args.health_timeout or FLOOR_S,
         api_keys=api_keys(inventory, os.environ),
     )
@@ -160,7 +158,7 @@ def gathered_gpus(
     undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
     if not undeclared:
         return {}, {}
-    contexts = host_contexts(inventory, undeclared, {})
+    contexts = host_contexts(inventory, undeclared, {}, stage_models=False)
     gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, 16)
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
@@ -186,7 +184,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         forks=args.forks,
         batch_size=args.batch_size,
         max_fail_percentage=args.max_fail_percentage,
-        command_timeout_s=args.command_timeout,
+        command_timeout_s=args.timeout,
         host_timeout_s=args.host_timeout,
         check=args.check,
         diff=args.diff,

@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.bench.health import HealthCheck
+from vllmctl.bench.readiness import HealthCheck
+from vllmctl.commands import _options as options
 from vllmctl.commands.history import RemoteFor, survey
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, VllmctlError
@@ -124,13 +125,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("rollback", help="re-activate the previous (or named) known-good release")
     parser.add_argument("inventory", help="inventory file")
     parser.add_argument("--to", help="release id to activate (see `vllmctl history`)")
-    parser.add_argument("--limit", help="comma list of hosts or groups")
-    parser.add_argument("--yes", action="store_true", help="do it; without it, only show what would happen")
-    parser.add_argument("--forks", type=int, default=16, help="hosts rolled back at once (default 16)")
-    parser.add_argument("--command-timeout", type=float, default=120.0, help="seconds per remote command")
+    options.add_limit(parser)
+    options.add_yes(parser)
+    options.add_forks(parser)
+    options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for health")
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON to stdout")
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -163,7 +164,7 @@ def _group_plan(
     args: argparse.Namespace, inv: Inventory, group: GroupNodes, problems: list[str]
 ) -> dict[str, Any]:
     try:
-        current, target = rollback_plan(inv, group.group, group.nodes, args.to, args.command_timeout)
+        current, target = rollback_plan(inv, group.group, group.nodes, args.to, args.timeout)
     except VllmctlError as exc:
         problems.append(f"group {group.group}: {exc.render()}")
         current, target = {}, None
@@ -180,7 +181,7 @@ def _show_plan(
     problems: list[str],
 ) -> int:
     rows = []
-    for found in survey(contexts, remote_for, args.command_timeout, args.forks):
+    for found in survey(contexts, remote_for, args.timeout, args.forks):
         if found.state is None:
             problems.append(f"{found.error}\n  hint: {found.hint}")
             continue
@@ -247,12 +248,12 @@ def run(
     selected = select_hosts(inventory, args.limit)
     selection, problems = _selection(inventory, selected)
     hosts = [host for host in selected if host not in selection.covered]
-    contexts = host_contexts(inventory, hosts, {})
+    contexts = host_contexts(inventory, hosts, {}, stage_models=False)
     if not args.yes:
         return _show_plan(args, ui, inventory, contexts, remote_for, selection, problems)
     opts = GateOptions(
         owner=lock_owner(datetime.now(UTC).isoformat(timespec="seconds")),
-        command_timeout_s=args.command_timeout,
+        command_timeout_s=args.timeout,
         health_timeout_s=args.health_timeout,
         health=health,
         api_keys=api_keys(inventory, os.environ),

