@@ -73,7 +73,7 @@ def _host(name: str, merged: dict[str, Any]) -> Host:
     return Host(
         name=name,
         address=bare_address(str(merged["address"])),
-        ssh=SshSettings(**ssh),
+        ssh=SshSettings(**ssh, given=frozenset(ssh)),
         gpus=GpuSpec(**gpus) if isinstance(gpus, dict) else None,
         driver=DriverSpec(**driver),
         engine=_engine(merged["engine"]),

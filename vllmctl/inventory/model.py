@@ -24,6 +24,8 @@ class SshSettings:
     sudo: bool = True
     strict_host_keys: bool = True
     connect_timeout_s: float = 10.0
+    # the keys the inventory set (None: every field counts as set); ~/.ssh/config fills in the others
+    given: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

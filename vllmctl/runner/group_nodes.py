@@ -6,6 +6,7 @@ releases and its group units.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
@@ -62,10 +63,7 @@ class Nodes:
             result = self.transports[node].run(script, sudo=True, timeout=self.timeout_s)
             raise_if_locked(node, result)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: taking the host lock failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error("taking the host lock")
             return node
 
         done = fan_out(self.names, take, FORKS)
@@ -98,10 +96,7 @@ class Nodes:
             else:
                 result = transport.run(action.render(), sudo=action.sudo, timeout=self.timeout_s)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: `{action.render()}` failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error(f"`{action.render()}`")
 
     def close(self) -> None:
         """Releases the lock where it was taken (every node at once), then closes the connections."""
@@ -165,10 +160,7 @@ def read_group_listings(
         try:
             result = transport.run(command, sudo=True, timeout=timeout_s)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: listing group releases failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error("listing group releases")
             return parse_group_listing(result.stdout, node, group)
         finally:
             transport.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -174,10 +174,7 @@ def run_step(remote: Remote, host: str, step: Step, timeout_s: float) -> None:
     for action in step.actions:
         result = remote.execute(action, timeout_s)
         if not result.ok:
-            raise VllmctlError(
-                f"{host}: `{action.render()}` failed (exit {result.exited})",
-                f"stderr: {result.stderr.strip()[-500:] or '(none)'}",
-            )
+            raise replace(result, host=host).error(f"`{action.render()}`")
 
 
 def check_serving(
