@@ -21,6 +21,7 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.transport.target import http_address
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -114,7 +115,7 @@ def _targets(args: argparse.Namespace) -> Targets:
 
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]
-    found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv))
+    found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), http_address)
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
     slos = {name: dict(model.slo) for name, model in inv.models.items()}

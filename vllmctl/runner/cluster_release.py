@@ -46,6 +46,7 @@ from vllmctl.render.quoting import shell_word
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.runner.release import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.tasks.desired import env_path, unit_name
+from vllmctl.transport.target import http_address
 
 Log = Callable[[str], None]
 
@@ -235,7 +236,7 @@ def check_engine(
     nodes.step(head, restart_step([engine_unit]))
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
-    for model, url in release_endpoints(manifest, nodes.transports[head].host.address):
+    for model, url in release_endpoints(manifest, http_address(nodes.transports[head].host)):
         key = opts.api_keys.get(model)
         health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())

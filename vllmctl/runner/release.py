@@ -50,6 +50,7 @@ from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.desired import HostContext, render_unit, unit_name, venv_path
+from vllmctl.transport.target import http_address
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
@@ -182,7 +183,7 @@ def check_serving(
 ) -> Verdict:
     """Health of every endpoint, then (bench) the smoke benchmark; the journal only when health failed."""
     checks = []
-    for model, url in release_endpoints(manifest, ctx.host.address):
+    for model, url in release_endpoints(manifest, http_address(ctx.host)):
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
         key = opts.api_keys.get(model)
         health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)

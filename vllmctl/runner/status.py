@@ -26,6 +26,7 @@ from vllmctl.status.group import group_models, with_groups
 from vllmctl.status.metrics import parse_metrics
 from vllmctl.status.model import ModelStatus
 from vllmctl.tasks.desired import HostContext
+from vllmctl.transport.target import http_address
 
 HTTP_TIMEOUT_S = 5.0
 CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"
@@ -85,7 +86,7 @@ def collect(
     More samples make "requests wait" and "the batch is full" less a matter of when a scrape lands (a
     gauge read right after requests finished shows a batch that the next step refills).
     """
-    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts())
+    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts(), http_address)
     facts = gather_hosts(host_contexts(inv, hosts, {}, stage_models=False), timeout_s)
     first = scrape_all(endpoints)
     started = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import paramiko
 
@@ -67,6 +68,18 @@ def load_ssh_config(paths: Sequence[str] = SSH_CONFIG_FILES) -> paramiko.SSHConf
                 f"cannot read the ssh_config {path} ({exc})", "fix or move that file"
             ) from exc
     return config
+
+
+@cache
+def user_ssh_config() -> paramiko.SSHConfig:
+    """The controller user's ssh_config, read once per run."""
+    return load_ssh_config()
+
+
+def http_address(host: Host) -> str:
+    """Where the controller reaches a host's engines over HTTP: ssh_config's `HostName` when the inventory
+    names the host by an alias, else its address (a host behind a jump host must still be routable)."""
+    return str(user_ssh_config().lookup(host.address).get("hostname", host.address))
 
 
 def _port(text: object, where: str) -> int:
