@@ -27,6 +27,13 @@ for u in "$@"; do case $verb in
         printf 'SubState=%s\nNRestarts=0\n\n' "${state#*/}";; esac; done
 true
 """
+# Without root (`make unit`) the temp-dir host keeps modes but not owners: ownership is not what these tests
+# check, and only root may give files away.
+INSTALL_AS_USER = """#!/bin/bash
+args=(); while [ $# -gt 0 ]; do case $1 in -o|-g) shift 2;; *) args+=("$1"); shift;; esac; done
+exec /usr/bin/install "${args[@]}"
+"""
+CHOWN_AS_USER = "#!/bin/sh\nexit 0\n"
 JOURNALCTL = """#!/bin/bash
 echo "vllm: error: unrecognized arguments: --bogus"
 """
@@ -43,7 +50,10 @@ class LocalRemote:
             "bin",
         ):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        for tool, text in (("systemctl", systemctl), ("journalctl", JOURNALCTL)):
+        tools = [("systemctl", systemctl), ("journalctl", JOURNALCTL)]
+        if os.geteuid() != 0:
+            tools += [("install", INSTALL_AS_USER), ("chown", CHOWN_AS_USER)]
+        for tool, text in tools:
             (root / "bin" / tool).write_text(text)
             (root / "bin" / tool).chmod(0o755)
         self.audit: list[dict[str, Any]] = []
