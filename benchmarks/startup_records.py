@@ -108,6 +108,12 @@ def _sampler(record: dict[str, Any]) -> str:
     return "auto"
 
 
+def _mxfp4_backend(record: dict[str, Any]) -> str:
+    """The vllm/vllm-openai images ship triton_kernels before vLLM bundles it (0.12): Triton there."""
+    said = f"{record.get('vllm_version') or ''} {record.get('quote') or ''}"
+    return "triton" if re.search(r"vllm/vllm-openai:|vllm-openai image", said) else "auto"
+
+
 def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> VllmSettings:
     version = _version(record)
     offline = bool(re.search(r"LLM[- ]class|offline", str(record.get("notes") or "")))
@@ -137,6 +143,7 @@ def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> Vllm
         quantization=quant if quant in ("fp8", "bitsandbytes") and arch.quantization is None else None,
         enable_chunked_prefill=chunked,
         sampler=_sampler(record),
+        mxfp4_backend=_mxfp4_backend(record),
     )
 
 

@@ -166,7 +166,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
     total = gpu.cuda_bytes
     requested = total * settings.gpu_memory_utilization
-    pad = expert_padding(arch, gpu.compute_capability, settings.version)
+    pad = expert_padding(arch, gpu.compute_capability, settings.version, settings.mxfp4_backend)
     weights_per_stage = stage_weight_bytes(
         arch,
         settings.tp,

@@ -91,20 +91,27 @@ def weight_gib(
     return max(stage_weight_bytes(arch, tp, pp, ep, expert_pad)) / GIB
 
 
-def expert_padding(arch: ModelArch, compute_capability: tuple[int, int], version: Version) -> tuple[int, int]:
+def expert_padding(
+    arch: ModelArch, compute_capability: tuple[int, int], version: Version, backend: str = "auto"
+) -> tuple[int, int]:
     """How vLLM's MXFP4 MoE backend rounds each rank's expert (intermediate, hidden) sizes
-    (quantization/mxfp4.py, Mxfp4MoEMethod.create_weights): Marlin, the default before Hopper and on Hopper
-    until triton_kernels shipped inside vLLM (0.12), pads to (128, 256); FlashInfer on Blackwell to (256,
-    256); the Triton backend to (64, 1). Logged: gpt-oss-120b 65.97 GiB on an H100 with Marlin (vllm#23278),
-    gpt-oss-20b 13.72 GiB (Marlin)."""
+    (quantization/mxfp4.py, Mxfp4MoEMethod.create_weights): Marlin pads to (128, 256); FlashInfer on
+    Blackwell to (256, 256); the Triton backend to (64, 1), and its Hopper swizzled layout to (64, 256).
+    Triton runs where triton_kernels is importable: bundled in vLLM from 0.12 ("auto" on Hopper), earlier
+    only in the vllm/vllm-openai images. Logged: gpt-oss-120b 65.97 GiB on an H100 with Marlin (vllm#23278,
+    pip 0.10.1); 64.38 GiB and gpt-oss-20b 13.47 GiB on an H100 from the image (llm-d's empirical results);
+    gpt-oss-20b 12.88 GiB on an RTX 3090 from the gptoss image (vllm#22331)."""
     quant = arch.quantization
     if quant is None or quant.method != "mxfp4" or not arch.is_moe:
         return (1, 1)
     major = compute_capability[0]
-    if major == 10:
+    if major == 10 and backend != "marlin":
         return (256, 256)
-    if major == 9 and version >= TRITON_KERNELS_BUNDLED_SINCE:
-        return (64, 1)
+    triton = backend == "triton" or (
+        backend == "auto" and major == 9 and version >= TRITON_KERNELS_BUNDLED_SINCE
+    )
+    if triton:
+        return (64, 256) if major == 9 else (64, 1)
     return (128, 256)
 
 

@@ -148,7 +148,10 @@ def test_mxfp4_experts_padded_for_marlin_as_logged() -> None:
     hopper, blackwell, ampere = (9, 0), (10, 0), (8, 0)
     marlin = expert_padding(big, hopper, (0, 11, 0))
     assert marlin == expert_padding(big, ampere, (0, 13, 0)) == (128, 256)
-    assert expert_padding(big, hopper, (0, 12, 0)) == (64, 1)  # triton_kernels bundled: Triton backend
+    assert expert_padding(big, hopper, (0, 12, 0)) == (64, 256)  # triton_kernels bundled: Triton, swizzled
+    assert expert_padding(big, hopper, (0, 11, 0), "triton") == (64, 256)  # the image ships triton_kernels
+    assert expert_padding(big, ampere, (0, 10, 1), "triton") == (64, 1)
+    assert expert_padding(big, hopper, (0, 13, 0), "marlin") == (128, 256)
     assert expert_padding(big, blackwell, (0, 11, 0)) == (256, 256)
     assert expert_padding(load_arch("Qwen/Qwen3-30B-A3B"), hopper, (0, 11, 0)) == (1, 1)
     # vllm#23278: "Model loading took 65.9651 GiB" (H100, Marlin); gpt-oss-20b logs 13.72 GiB (Marlin)
