@@ -139,7 +139,8 @@ def connect_error(target: SshTarget, exc: Exception) -> TransportError:
             f"{where}: unreachable (no answer within {target.connect_timeout_s:g}s)",
             "check the address, that the host is up and that sshd listens on that port",
         )
-    if isinstance(exc, EOFError):
+    # a dying sshd closes (EOF) or, with our bytes still unread, resets: the same event to the user
+    if isinstance(exc, EOFError | ConnectionResetError):
         return TransportError(
             f"{where}: unreachable (the connection closed during the SSH handshake)",
             "check that sshd runs and accepts connections (MaxStartups, a restart in progress)",

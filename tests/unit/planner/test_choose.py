@@ -136,7 +136,7 @@ def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
         plan_deployment(load_arch("meta-llama/Llama-3.3-70B-Instruct"), L4, 2, DeploymentRequest())
     assert caught.value.message == (
         "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
-        "at TP=2 weights 65.71 GiB + activations 1.13 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
+        "at TP=2 weights 65.71 GiB + activations 1.21 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
         "(gpu_memory_utilization 0.9); vLLM would refuse it (kv-cache-has-memory): No available memory for "
         "the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
     )
