@@ -146,6 +146,10 @@ def main(argv: list[str]) -> int:
         records += len(found)
         cases += usable
         print(f"observations: {len(found)} from {path} ({len(usable)} with a known architecture)")
+        for record in found:
+            if record.get("excluded"):
+                where = str(record.get("source"))[-60:]
+                print(f"  excluded: {record.get('model')} [{where}]: {record['excluded']}")
     figures, over = replay(cases)
     for figure in figures:
         print(figure.line())

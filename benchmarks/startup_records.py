@@ -161,6 +161,8 @@ def corrected(record: dict[str, Any]) -> dict[str, Any]:
     for fix in json.loads(CORRECTIONS.read_text()):
         if fix["source"] == record.get("source") and fix["model"] == record.get("model"):
             figures = {**(record.get("other_figures") or {}), **fix.get("other_figures", {})}
+            if "exclude" in fix:  # reported, never scored: what no config-only planner can know
+                return {**record, "excluded": fix["exclude"]}
             notes = f"{record.get('notes') or ''} [corrected: {fix['why']}]".strip()
             return {**record, **fix.get("fields", {}), "other_figures": figures, "notes": notes}
     return record
@@ -173,6 +175,8 @@ def load_cases(path: Path) -> tuple[list[dict[str, Any]], list[Case]]:
     configs = path.parent / "configs"
     cases = []
     for record in records:
+        if record.get("excluded"):
+            continue
         arch = load_model(record, configs if configs.is_dir() else None)
         if arch is None:
             continue
