@@ -14,7 +14,13 @@ from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
 from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
-from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
+from vllmctl.ops.release import (
+    activate_release,
+    create_release,
+    journal_tail_command,
+    mark_healthy,
+    prune_releases,
+)
 from vllmctl.ops.release import record_verdict as verdict_step
 from vllmctl.releases.gate import (
     JOURNAL_TAIL_LINES,
@@ -46,7 +52,7 @@ from vllmctl.releases.kv import (
 )
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
-from vllmctl.tasks.desired import HostContext, render_unit, unit_name, venv_path
+from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
@@ -207,15 +213,28 @@ def check_serving(
 
 
 def activate(remote: Remote, ctx: HostContext, manifest: Manifest, opts: GateOptions) -> Verdict:
-    """Stop → start from the release dir → health; known-good moves to it only once it serves."""
+    """Stop → start from the release dir → health; known-good moves to it only once it serves. The state
+    records are rewritten for what now serves, so apply plans restarts from the truth."""
     host = ctx.host.name
     units = remote.gather({"units": ()}, opts.command_timeout_s).get("units", {})
     running = [u for u, s in units.items() if s.get("active_state") in ACTIVE_STATES]
-    run_step(remote, host, activate_release(manifest, running, list(units)), opts.command_timeout_s)
+    step = activate_release(manifest, running, list(units), env_files(manifest))
+    run_step(remote, host, step, opts.command_timeout_s)
     verdict = check_serving(remote, ctx, manifest, opts, bench=False)
     if verdict.passed:
+        run_step(remote, host, mark_healthy(manifest.units), opts.command_timeout_s)
         run_step(remote, host, _pointer("known-good", manifest.id), opts.command_timeout_s)
     return verdict
+
+
+def env_files(manifest: Manifest) -> dict[str, str]:
+    """unit -> the env file its engine reads: a model's replicas are its units 0..n-1."""
+    return {
+        unit_name(model, index): env_path(model)
+        for model in manifest.models
+        for index in range(len(manifest.units))
+        if unit_name(model, index) in manifest.units
+    }
 
 
 def _pointer(pointer: str, release: str) -> Step:
