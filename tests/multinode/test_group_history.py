@@ -21,6 +21,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group import GroupManifest
 from vllmctl.releases.group_history import GroupNodes, group_history_rows, select_groups
 from vllmctl.releases.host import HostReleases, Release
+from vllmctl.runner import group_rollback
 from vllmctl.tasks.desired import HostContext
 
 NODES = ("gpu-01", "gpu-02")
@@ -206,12 +207,12 @@ def test_rollback_plans_the_group_as_one_and_leaves_its_hosts_out_of_the_per_hos
     asked: list[tuple[str, tuple[str, ...], str | None]] = []
 
     def plan(
-        inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float
+        inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float, connect: Any
     ) -> tuple[dict[str, str | None], str]:
         asked.append((group, tuple(hosts), to))
         return {"gpu-01": "R2", "gpu-02": "R2"}, "R1"
 
-    monkeypatch.setattr(rollback, "rollback_plan", plan)
+    monkeypatch.setattr(group_rollback, "rollback_plan", plan)
     out, err = io.StringIO(), io.StringIO()
     code = rollback.run(_args(path, to="R1"), Ui(out=out, err=err), _no_host_releases)
     assert code == 3, err.getvalue()  # no "no release" error for the group's hosts: they are not surveyed

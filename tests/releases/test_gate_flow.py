@@ -16,16 +16,8 @@ from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, Mod
 from vllmctl.ops import Command
 from vllmctl.ops.release import create_release
 from vllmctl.releases.host import pointer_switch
-from vllmctl.runner.release import (
-    GateOptions,
-    desired_manifest,
-    exited_units,
-    gate_host,
-    read_releases,
-    run_step,
-    wait_for_health,
-    watch_units,
-)
+from vllmctl.runner.engine_watch import exited_units, wait_for_health, watch_units
+from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases, run_step
 from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"

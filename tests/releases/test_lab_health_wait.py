@@ -12,7 +12,7 @@ import pytest
 from vllmctl.lab.testing import LabFleet
 from vllmctl.ops.service_start import POLL
 from vllmctl.paths import WAIT_HEALTHY_HELPER as HELPER
-from vllmctl.runner.release import exited_units
+from vllmctl.runner.engine_watch import exited_units
 
 pytestmark = pytest.mark.lab
 

@@ -14,14 +14,14 @@ import pytest
 from builders import VENV, manifest
 from local_remote import LocalRemote
 
-from vllmctl.bench.health import HealthResult
+from vllmctl.bench.health import HealthCheck, HealthResult
 from vllmctl.commands import history, rollback
-from vllmctl.commands.rollback import roll_back_host
 from vllmctl.console import Ui
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest, ReleaseError
-from vllmctl.runner.release import GateOptions, HealthCheck, read_releases
+from vllmctl.runner.release import GateOptions, read_releases
+from vllmctl.runner.rollback import roll_back_host
 from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"

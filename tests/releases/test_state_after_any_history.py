@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_gate_flow import Clock, bench, health
 
-from vllmctl.commands.rollback import roll_back_host
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.runner import RunOptions, run_playbook
 from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.runner.rollback import roll_back_host
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import Phase, Playbook, TaskCall
 

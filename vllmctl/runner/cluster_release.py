@@ -45,6 +45,7 @@ from vllmctl.releases.group import (
 )
 from vllmctl.releases.host import release_endpoints
 from vllmctl.render.quoting import shell_word
+from vllmctl.runner.engine_watch import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.runner.group_nodes import (
     Connect,
     Nodes,
@@ -54,7 +55,6 @@ from vllmctl.runner.group_nodes import (
     read_units,
     ssh_node,
 )
-from vllmctl.runner.release import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.tasks.desired import env_path, unit_name
 
 Log = Callable[[str], None]
@@ -140,25 +140,6 @@ def deploy_group(
             nodes.close()
 
 
-def roll_back_group(
-    inv: Inventory,
-    group: str,
-    model: str,
-    hosts: Sequence[str],
-    to: str | None,
-    opts: GroupGateOptions,
-    log: Log,
-) -> GroupOutcome:
-    """`cluster --rollback`: the previous (or named) known-good group release, re-activated on every node."""
-    nodes = lock_group(inv, hosts, opts)
-    try:
-        states = read_states(nodes, group)
-        target = group_rollback_target(states, hosts, to)
-        return _reactivate(nodes, group, model, states, target, opts, log, None, ())
-    finally:
-        nodes.close()
-
-
 def _roll_back_after(
     nodes: Nodes, group: str, model: str, failed: str, verdict: Verdict, opts: GroupGateOptions, log: Log
 ) -> GroupOutcome:
@@ -172,10 +153,10 @@ def _roll_back_after(
             nodes.step(node, stop_step(present))
         log(f"no known-good group release: the group's units are stopped on {', '.join(nodes.names)}")
         return GroupOutcome("failed", failed, (*verdict.reasons, f"not rolled back: {exc.render()}"))
-    return _reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
+    return reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
 
 
-def _reactivate(
+def reactivate(
     nodes: Nodes,
     group: str,
     model: str,
@@ -291,20 +272,3 @@ def wait_formed(nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, l
         f"{opts.formed_timeout_s:g}s: {missing}",
         f"see `journalctl -u {ray_unit_name(manifest.group)}` on the workers",
     )
-
-
-def rollback_plan(
-    inv: Inventory,
-    group: str,
-    hosts: Sequence[str],
-    to: str | None,
-    timeout_s: float,
-    connect: Connect = ssh_node,
-) -> tuple[dict[str, str | None], str]:
-    """What `--rollback` without `--yes` shows: each node's current release, and the target (or raises)."""
-    nodes = Nodes(inv, hosts, timeout_s, connect=connect)
-    try:
-        states = read_states(nodes, group)
-        return {node: states[node].current for node in hosts}, group_rollback_target(states, hosts, to)
-    finally:
-        nodes.close()

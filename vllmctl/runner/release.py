@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench import EndpointReport, SmokeBench, benchmark_endpoint
-from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress, wait_healthy
+from vllmctl.bench import SmokeBench
+from vllmctl.bench.health import FLOOR_S, HealthCheck
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import (
@@ -24,8 +24,6 @@ from vllmctl.ops.release import (
 from vllmctl.ops.release import record_verdict as verdict_step
 from vllmctl.releases.gate import (
     JOURNAL_TAIL_LINES,
-    SMOKE_INPUT_TOKENS,
-    SMOKE_SPEC,
     EndpointCheck,
     Verdict,
     decide,
@@ -50,57 +48,13 @@ from vllmctl.releases.kv import (
     with_measured,
     with_predictions,
 )
+from vllmctl.runner.engine_watch import smoke_bench, wait_for_health, watch_units
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
-
-
-class EngineExitedError(VllmctlError):
-    """A unit being waited on failed or was restarted by systemd: waiting longer cannot make it healthy."""
-
-
-def wait_for_health(
-    base_url: str,
-    model: str,
-    deadline_s: float,
-    on_progress: Callable[[Progress], None],
-    api_key: str | None = None,
-) -> HealthResult:
-    started = time.monotonic()
-    try:
-        return wait_healthy(
-            base_url, model, deadline_s, time.monotonic, time.sleep, on_progress, api_key=api_key
-        )
-    except EngineExitedError as exc:
-        return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
-
-
-def exited_units(show_output: str) -> list[str]:
-    """Units `systemctl show -p Id,ActiveState,NRestarts` reports failed or restarted since their start."""
-    exited = []
-    for block in show_output.strip().split("\n\n"):
-        props = dict(line.partition("=")[::2] for line in block.splitlines())
-        restarts = props.get("NRestarts", "0")
-        if props.get("ActiveState") == "failed" or (restarts.isdigit() and int(restarts) > 0):
-            exited.append(f"{props.get('Id', '?')} ({props.get('ActiveState')}, {restarts} restarts)")
-    return exited
-
-
-def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[[Progress], None]:
-    def check(_progress: Progress) -> None:
-        show = ("systemctl", "show", "-p", "Id,ActiveState,NRestarts", "--", *units)
-        exited = exited_units(remote.execute(Command(argv=show), timeout_s).stdout)
-        if exited:
-            raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
-
-    return check
-
-
-def smoke_bench(base_url: str, model: str, api_key: str | None = None) -> EndpointReport:
-    return benchmark_endpoint(base_url, model, SMOKE_SPEC, SMOKE_INPUT_TOKENS, api_key=api_key)
 
 
 @dataclass(frozen=True)
