@@ -16,9 +16,9 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
-# Unit tests only: no root, no containers, seconds.
+# Unit tests only (tests/unit): no root, no containers, about a minute.
 unit:
-	$(PYTHON) -m pytest -q -m "not lab and not engine" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # The whole suite: lint, types, unit tests, the lab and real-engine tests (skipped with a reason when not root),
 # then, as root, the Molecule scenario (create, converge, idempotence, verify, destroy on lab hosts).

@@ -25,7 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from vllmctl.bench import LevelSummary, LoadSpec, RequestResult, benchmark_endpoint, load_tokenizer, summarize
+from vllmctl.bench.prompts import load_tokenizer
+from vllmctl.bench.report import LoadSpec
+from vllmctl.bench.smoke import benchmark_endpoint
+from vllmctl.bench.stats import LevelSummary, RequestResult, summarize
 from vllmctl.errors import VllmctlError
 from vllmctl.lab import tinymodel, wheelhouse
 from vllmctl.lab.local_engine import free_port, local_vllm_server

@@ -111,7 +111,8 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
                 inside = bounds[0] <= int(logged_tokens) <= bounds[2]
                 tokens.add(0.0 if inside else bounds[1] / int(logged_tokens) - 1, case.label)
         if case.refused or case.started:
-            found = refusals(case.arch, case.gpu, max(s.tp, 1), s, memory_breakdown=memory, nodes=s.pp)
+            engine_gpus = max(s.tp * max(s.dp, 1), 1)
+            found = refusals(case.arch, case.gpu, engine_gpus, s, memory_breakdown=memory, nodes=s.pp)
             predicted_refused = bool(found) or not memory.fits
             right = predicted_refused == case.refused
             rules = ",".join(r.rule for r in found) or ("does not fit" if not memory.fits else "starts")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "releases"))  # the temp-dir host the release tests use
+sys.path.insert(0, str(REPO / "tests" / "support"))  # the temp-dir host the release tests use
 
 from local_remote import LocalRemote  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 

@@ -143,9 +143,26 @@ def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> Vllm
 _DTYPES = ("float16", "bfloat16", "half", "float32")
 
 
+CORRECTIONS = Path(__file__).parent / "data" / "record_corrections.json"
+
+
+def corrected(record: dict[str, Any]) -> dict[str, Any]:
+    """A record with the settings its own log shows but its fields miss (record_corrections.json: matched by
+    source and model, each with the log evidence in `why`); the correction is noted on the record."""
+    if not CORRECTIONS.exists():
+        return record
+    for fix in json.loads(CORRECTIONS.read_text()):
+        if fix["source"] == record.get("source") and fix["model"] == record.get("model"):
+            figures = {**(record.get("other_figures") or {}), **fix.get("other_figures", {})}
+            notes = f"{record.get('notes') or ''} [corrected: {fix['why']}]".strip()
+            return {**record, **fix.get("fields", {}), "other_figures": figures, "notes": notes}
+    return record
+
+
 def load_cases(path: Path) -> tuple[list[dict[str, Any]], list[Case]]:
     """Every record of a JSONL file, and the ones the planner can replay (known model; any GPU)."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text().splitlines()
+    records = [corrected(json.loads(line)) for line in lines if line.strip()]
     configs = path.parent / "configs"
     cases = []
     for record in records:

@@ -1,5 +1,6 @@
 """Shared fixtures: lab fleets of real container hosts, the one real deployment on them, and a local real vLLM
-(session-scoped, always torn down), and marker skips.
+(session-scoped, always torn down), and marker skips. Shared fakes and builders live in tests/support/, which
+this file puts on sys.path (importlib mode puts no test directory there).
 
 `lab`-marked tests are skipped, with the reason, when this machine cannot run a lab (not root, no tools).
 """
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).parent / "support"))
+
 from vllmctl.errors import VllmctlError
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
 
@@ -41,7 +44,14 @@ def lab_unavailable_reason() -> str | None:
     return None
 
 
+LAB_TESTS = Path(__file__).parent / "lab"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [item for item in items if item.get_closest_marker("lab") or item.get_closest_marker("engine")]
+    misplaced = [item.nodeid for item in marked if not item.path.is_relative_to(LAB_TESTS)]
+    if misplaced:  # `make unit` runs tests/unit alone, without root: lab and engine tests live in tests/lab
+        raise pytest.UsageError(f"lab/engine-marked tests outside tests/lab: {', '.join(misplaced)}")
     needs_lab = [item for item in items if item.get_closest_marker("lab") is not None]
     if not needs_lab:
         return

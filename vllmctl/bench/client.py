@@ -9,29 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 
 import aiohttp
 
+from vllmctl.bench.report import EndpointReport, LoadSpec
 from vllmctl.bench.sse import SseParser, classify
 from vllmctl.bench.stats import LevelSummary, RequestResult, summarize
 
 Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """What each level sends: `requests` prompts (default 4 per concurrent slot, at least 8)."""
-
-    concurrency: tuple[int, ...] = (1, 4, 16)
-    output_tokens: int = 64
-    requests: int | None = None
-    level_timeout_s: float = 120.0
-    request_timeout_s: float = 60.0
-    warmup: bool = True
-
-    def requests_for(self, concurrency: int) -> int:
-        return self.requests if self.requests is not None else max(8, 4 * concurrency)
 
 
 def completion_payload(model_id: str, prompt: str, output_tokens: int) -> dict[str, object]:
@@ -134,24 +119,6 @@ async def run_level(
     late = f"level deadline of {spec.level_timeout_s:g} s passed first"
     results = [t.result() if t in finished else RequestResult(False, error=late) for t in tasks]
     return summarize(results, concurrency, clock() - start)
-
-
-@dataclass(frozen=True)
-class EndpointReport:
-    """One endpoint's levels, or why none ran (the warm-up request failed)."""
-
-    base_url: str
-    model_id: str
-    levels: tuple[LevelSummary, ...] = ()
-    error: str = ""
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "base_url": self.base_url,
-            "model_id": self.model_id,
-            "error": self.error or None,
-            "levels": [level.to_json() for level in self.levels],
-        }
 
 
 async def run_benchmark(

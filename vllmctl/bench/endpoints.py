@@ -6,12 +6,12 @@ Pure: the inventory and the replica counts in, endpoints out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllmctl.errors import InputError
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Host, Inventory
 from vllmctl.render.quoting import http_url
 
 
@@ -46,9 +46,10 @@ def endpoints_for(
     hosts: Sequence[str],
     models: Sequence[str] = (),
     replicas: Mapping[tuple[str, str], int] | None = None,
+    address_of: Callable[[Host], str] = lambda host: host.address,
 ) -> list[Endpoint]:
     """Endpoints of `hosts` (in that order) for `models` (all when empty); `replicas` maps (host, model)
-    to its data-parallel replica count (1 when absent)."""
+    to its data-parallel replica count (1 when absent); `address_of` gives the address HTTP reaches."""
     unknown = [name for name in models if name not in inventory.models]
     if unknown:
         raise InputError(
@@ -67,11 +68,11 @@ def endpoints_for(
                 if model.name not in grouped:
                     grouped.add(model.name)
                     head = model.cluster.hosts[0]
-                    url = _url(inventory.hosts[head].address, model.port)
+                    url = _url(address_of(inventory.hosts[head]), model.port)
                     found.append(Endpoint(head, model.name, 0, url, model.source))
                 continue
             count = max(1, (replicas or {}).get((host_name, model.name), 1))
             for index in range(count):
-                url = _url(host.address, model.port + index)
+                url = _url(address_of(host), model.port + index)
                 found.append(Endpoint(host_name, model.name, index, url, model.source))
     return found

@@ -65,6 +65,11 @@ class QuantConfig:
         return False
 
 
+# A dense MLP kept in full precision: the MLP itself or its projections; an MoE router (`mlp.gate`) or shared
+# expert gate is always full precision and tiny, so listing it says nothing about the MLP's weights.
+UNQUANTIZED_MLP = re.compile(r"layers\.(\d+)\.mlp(?:\.(?:gate_proj|up_proj|down_proj|gate_up_proj))?$")
+
+
 def parse_quantization(raw: Any) -> QuantConfig | None:
     """Reads a checkpoint's quantization_config; unknown methods are an input error."""
     if not isinstance(raw, dict):
@@ -72,7 +77,7 @@ def parse_quantization(raw: Any) -> QuantConfig | None:
     method = str(raw.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors")
     ignored = [str(m) for m in raw.get("modules_to_not_convert") or raw.get("ignore") or []]
     attention_quantized = not any("attn" in m for m in ignored)
-    mlp_layers = tuple(sorted({int(m) for m in re.findall(r"layers\.(\d+)\.mlp", " ".join(ignored))}))
+    mlp_layers = tuple(sorted({int(found[1]) for m in ignored if (found := UNQUANTIZED_MLP.search(m))}))
     if method in ("fp8", "fbgemm_fp8"):
         block = raw.get("weight_block_size")
         return QuantConfig(

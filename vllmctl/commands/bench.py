@@ -11,22 +11,17 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.bench import (
-    Endpoint,
-    EndpointReport,
-    LevelSummary,
-    LoadSpec,
-    Violation,
-    benchmark_endpoint,
-    check_report,
-    endpoints_for,
-    load_tokenizer,
-)
-from vllmctl.bench.stats import SLO_KEYS
+from vllmctl.bench.endpoints import Endpoint, endpoints_for
+from vllmctl.bench.prompts import load_tokenizer
+from vllmctl.bench.report import EndpointReport, LoadSpec, check_report
+from vllmctl.bench.smoke import benchmark_endpoint
+from vllmctl.bench.stats import SLO_KEYS, LevelSummary, Violation
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.transport.target import http_address
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--api-key-env", metavar="VAR", help="with --url: environment variable holding the endpoint's API key"
     )
     parser.add_argument("--model", help="comma list of inventory model names (default: all)")
-    parser.add_argument("--limit", help="comma list of hosts or groups")
+    options.add_limit(parser)
     parser.add_argument("--concurrency", default="1,4,16", help="comma list of levels (default 1,4,16)")
     parser.add_argument("--requests", type=int, help="requests per level (default 4 per slot, at least 8)")
     parser.add_argument("--input-tokens", type=int, default=128, help="prompt length (default 128)")
@@ -48,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--slo", action="append", default=[], metavar="KEY=VALUE", help="extra SLO, e.g. ttft_p99_ms=500"
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -120,7 +115,7 @@ def _targets(args: argparse.Namespace) -> Targets:
 
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]
-    found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv))
+    found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), http_address)
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
     slos = {name: dict(model.slo) for name, model in inv.models.items()}

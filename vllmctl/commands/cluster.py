@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vllmctl.bench.health import FLOOR_S
+from vllmctl.bench.readiness import FLOOR_S
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
@@ -53,8 +54,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--health-timeout", type=float, default=FLOOR_S, help="seconds to wait for the engine's health"
     )
     parser.add_argument("--offline", action="store_true", help="never fetch config.json from the hub")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host and preflight step")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    options.add_timeout(parser)
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -134,7 +135,7 @@ def _gate_options(args: argparse.Namespace, inv: Inventory) -> GroupGateOptions:
         owner=lock_owner(now),
         created_at=now,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
-        command_timeout_s=max(args.timeout, 120.0),
+        command_timeout_s=options.bookkeeping_timeout(args),
         health_timeout_s=args.health_timeout,
         api_keys=api_keys(inv, os.environ),
     )

@@ -15,6 +15,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel, custom_gpu, lookup_gpu, parse_compute_capability
 from vllmctl.catalog.loader import load_arch, with_quantization
 from vllmctl.catalog.params import total_params
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
@@ -99,7 +100,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--kv-cache-memory", help="KV cache size in bytes or with a unit (skips profiling)")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
     parser.add_argument("--engine-version", help="e.g. 0.11.0 (vLLM default) or 0.5.2 (SGLang default)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.facts import HOST_FACTS
@@ -19,10 +20,10 @@ SHOWN = (*HOST_FACTS, "units", "releases")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("facts", help="gather and show host facts")
     parser.add_argument("inventory", help="inventory file")
-    parser.add_argument("--limit", help="comma list of hosts or groups")
-    parser.add_argument("--forks", type=int, default=16, help="hosts gathered at once (default 16)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host")
-    parser.add_argument("--json", action="store_true", help="print facts as JSON to stdout")
+    options.add_limit(parser)
+    options.add_forks(parser)
+    options.add_timeout(parser)
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -57,7 +58,9 @@ def summarize(name: str, value: Any) -> str:
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = load_inventory(args.inventory)
     hosts = select_hosts(inventory, args.limit)
-    gathered = gather_fleet_facts(host_contexts(inventory, hosts, {}), SHOWN, args.timeout, args.forks)
+    gathered = gather_fleet_facts(
+        host_contexts(inventory, hosts, {}, stage_models=False), SHOWN, args.timeout, args.forks
+    )
     if args.json:
         ui.json(gathered)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
@@ -74,10 +75,10 @@ def group_table(group: str, shown: Mapping[str, Any]) -> Table:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("history", help="list releases per host with status and gate figures")
     parser.add_argument("inventory", help="inventory file")
-    parser.add_argument("--host", help="one host (or a comma list of hosts or groups)")
-    parser.add_argument("--forks", type=int, default=16, help="hosts read at once (default 16)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per host")
-    parser.add_argument("--json", action="store_true", help="print releases as JSON to stdout")
+    options.add_limit(parser, "--host")
+    options.add_forks(parser)
+    options.add_timeout(parser)
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -88,8 +89,8 @@ def run(
     read_groups: GroupReader = read_group_listings,
 ) -> int:
     inventory = planned_inventory(load_inventory(args.inventory))
-    selected = select_hosts(inventory, args.host)
-    contexts = host_contexts(inventory, selected, {})
+    selected = select_hosts(inventory, args.limit)
+    contexts = host_contexts(inventory, selected, {}, stage_models=False)
     found = survey(contexts, remote_for, args.timeout, args.forks)
     groups = group_history(inventory, selected, read_groups, args.timeout)
     rows = [row for s in found if s.state is not None for row in history_rows(s.host, s.state)]

@@ -14,10 +14,11 @@ from typing import Any
 
 from rich.table import Table
 
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Problem, VllmctlError
 from vllmctl.inventory import load_inventory
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import cluster_entries
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
@@ -28,11 +29,11 @@ from vllmctl.runner.fleet import (
     host_contexts,
     host_resources_from,
     load_model_archs,
-    runs_on_cpu,
     select_hosts,
     served_plan,
 )
 from vllmctl.runner.refusals import refused_problems, vet_proposals
+from vllmctl.runner.status import collect
 from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff, propose_all
 
 
@@ -41,15 +42,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "plan", help="show the planned engine flags, memory and reasons per host and model"
     )
     parser.add_argument("inventory", help="inventory file")
-    parser.add_argument("--limit", help="comma-separated host or group names")
+    options.add_limit(parser)
     parser.add_argument("--offline", action="store_true", help="never fetch config.json from the hub")
     parser.add_argument(
         "--gather-facts",
         action="store_true",
         help="read each host's GPUs over SSH; unreachable hosts fall back to their declared gpus",
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per host when gathering facts")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    options.add_timeout(parser)
+    options.add_json(parser)
     parser.add_argument(
         "--from-status",
         action="store_true",
@@ -77,8 +78,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     selected = set(select_hosts(inv, args.limit))
     facts, resources = None, None
     if args.gather_facts:
-        contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {})
-        gathered = gather_fleet_facts(contexts, ("gpus", "resources"), args.timeout, forks=16)
+        contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
+        gathered = gather_fleet_facts(
+            contexts, ("gpus", "resources"), args.timeout, forks=options.DEFAULT_FORKS
+        )
         facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
     plan = plan_inventory(inv, facts, archs, resources)
@@ -138,8 +141,6 @@ def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan) -> None:
 
 
 def _from_status(args: argparse.Namespace, ui: Ui, inv: Inventory) -> int:
-    from vllmctl.commands.status import collect  # a command module: loaded only for this path
-
     hosts = select_hosts(inv, args.limit)
     statuses = collect(inv, hosts, served_plan(inv), args.model, args.interval, args.timeout, args.samples)
     looked_at = {s.model for s in statuses}

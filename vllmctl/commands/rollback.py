@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 from rich.table import Table
 
-from vllmctl.bench.health import HealthCheck
+from vllmctl.bench.readiness import HealthCheck
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
@@ -23,13 +24,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("rollback", help="re-activate the previous (or named) known-good release")
     parser.add_argument("inventory", help="inventory file")
     parser.add_argument("--to", help="release id to activate (see `vllmctl history`)")
-    parser.add_argument("--limit", help="comma list of hosts or groups")
-    parser.add_argument("--yes", action="store_true", help="do it; without it, only show what would happen")
-    parser.add_argument("--forks", type=int, default=16, help="hosts rolled back at once (default 16)")
-    parser.add_argument("--command-timeout", type=float, default=120.0, help="seconds per remote command")
+    options.add_limit(parser)
+    options.add_yes(parser)
+    options.add_forks(parser)
+    options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for health")
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON to stdout")
+    options.add_json(parser)
     parser.set_defaults(func=run)
 
 
@@ -45,7 +46,7 @@ def run(
         owner=lock_owner(datetime.now(UTC).isoformat(timespec="seconds")),
         to=args.to,
         forks=args.forks,
-        command_timeout_s=args.command_timeout,
+        command_timeout_s=args.timeout,
         health_timeout_s=args.health_timeout,
         break_lock=args.break_lock,
         api_keys=api_keys(inventory, os.environ) if args.yes else {},

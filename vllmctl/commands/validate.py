@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_OK, InputError, InvalidInputError, Problem
 from vllmctl.inventory import inventory_schema, load_inventory
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Check an inventory or an Ansible YAML inventory; report all problems at file:line:col.",
     )
     parser.add_argument("inventory", nargs="?", metavar="INVENTORY", help="inventory YAML file")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    options.add_json(parser)
     parser.add_argument("--schema", action="store_true", help="print the inventory JSON Schema and exit")
     parser.add_argument(
         "--no-controller-checks",

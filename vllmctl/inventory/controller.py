@@ -8,25 +8,16 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from vllmctl.inventory.resolve import mapping
+from vllmctl.inventory.resolve import Checker, ControllerFiles, mapping
 from vllmctl.inventory.values import bare_address, system_directory
 from vllmctl.render.quoting import shell_word
 
 if TYPE_CHECKING:
     from vllmctl.errors import Location
-    from vllmctl.inventory.resolve import Checker
 
 MAX_LISTED = 8  # addresses spelled out in one ssh-keyscan hint
-
-
-class ControllerFiles(Protocol):
-    uid: int
-
-    def expand(self, path: str) -> str: ...
-    def stat(self, path: str) -> os.stat_result | None: ...
-    def realpath(self, path: str) -> str: ...
 
 
 @dataclass

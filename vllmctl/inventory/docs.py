@@ -69,6 +69,10 @@ Examples that validate: `inventories/single-host.yml`, `inventories/mixed-fleet.
   IPv6 address, bare or in brackets; `ssh.user` is a POSIX user name; `jump_host` is `[user@]host[:port]`
   without a password. Spaces, `;`, `$`, backticks or a leading `-` are refused. Ansible-imported values
   go through exactly these checks, reported at the Ansible variable that set them.
+- `address` is also looked up in `~/.ssh/config` (then `/etc/ssh/ssh_config`): its `HostName`, `User`,
+  `Port`, `IdentityFile` and `ProxyJump` apply, except that `ssh.user`, `ssh.port`, `ssh.identity_file` and
+  `ssh.jump_host` win where the inventory sets them. Host-key checking follows only `known_hosts` and
+  `strict_host_keys` (docs/executor.md, Transport).
 - Replica i of a model listens on `port + i`. Without a plan, a model on a host may run up to its
   `gpus.count` ÷ the models on that host ÷ `tensor_parallel_size` replicas (one for SGLang, pipeline
   parallelism, multi-node models and hosts that declare no `gpus`); every one of those ports must lie in

@@ -33,7 +33,7 @@ from vllmctl.inventory.source import read_yaml
 from vllmctl.inventory.values import bare_address
 
 if TYPE_CHECKING:
-    from vllmctl.inventory.controller import ControllerFiles
+    from vllmctl.inventory.resolve import ControllerFiles
 
 
 def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
@@ -73,7 +73,7 @@ def _host(name: str, merged: dict[str, Any]) -> Host:
     return Host(
         name=name,
         address=bare_address(str(merged["address"])),
-        ssh=SshSettings(**ssh),
+        ssh=SshSettings(**ssh, given=frozenset(ssh)),
         gpus=GpuSpec(**gpus) if isinstance(gpus, dict) else None,
         driver=DriverSpec(**driver),
         engine=_engine(merged["engine"]),

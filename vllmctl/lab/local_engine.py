@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from vllmctl.bench.health import Progress, wait_healthy
+from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.readiness import Progress
 from vllmctl.errors import VllmctlError
 from vllmctl.lab import tinymodel, wheelhouse
 

@@ -152,28 +152,6 @@ def verdict_step(group: str, release: str, verdict: Mapping[str, object]) -> Ste
     return record_verdict(release, verdict, group_releases_dir(group), group_dir(group))
 
 
-ENGINE_SHOW = "ActiveState,SubState,NRestarts"
-
-
-def engine_restarts(show_output: str) -> int:
-    """NRestarts from `systemctl show -p ENGINE_SHOW UNIT`."""
-    props = dict(line.partition("=")[::2] for line in show_output.splitlines())
-    restarts = props.get("NRestarts", "0").strip()
-    return int(restarts) if restarts.isdigit() else 0
-
-
-def engine_exited(show_output: str, restarts_before: int) -> str | None:
-    """Why waiting for the engine is pointless: it stopped, waits to be restarted, or was restarted since
-    it was started (`systemctl start` does not reset NRestarts on systemd 252: compared with the count)."""
-    props = {k: v.strip() for k, v in (line.partition("=")[::2] for line in show_output.splitlines())}
-    state, sub, restarts = props.get("ActiveState"), props.get("SubState"), engine_restarts(show_output)
-    if state in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_before:
-        return (
-            f"the engine exited ({state}/{sub}, {restarts - restarts_before} restarts since it was started)"
-        )
-    return None
-
-
 _EXCEPTION = re.compile(r"(?:^|\s)(?P<line>[A-Za-z_][\w.]*(?:Error|Exception): .+)$")
 
 

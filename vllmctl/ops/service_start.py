@@ -17,6 +17,7 @@ from vllmctl.ops.base import (
 )
 from vllmctl.ops.env_reader import READ_ENV
 from vllmctl.paths import STATE_DIR, WAIT_HEALTHY_HELPER
+from vllmctl.releases.unit_exit import UNIT_EXIT_SOURCE
 from vllmctl.render.quoting import confined_path, http_url, path_component
 
 JOURNAL_LINES = 40
@@ -24,6 +25,7 @@ JOURNAL_LINES = 40
 # Runs with the host's python3 (stdlib only) as root, so it can read the API key from the 0600 env file.
 POLL = (
     READ_ENV
+    + UNIT_EXIT_SOURCE
     + """
 import json, subprocess, sys, time, urllib.request
 base, model, deadline, unit, env_file, lines = sys.argv[1:7]
@@ -39,14 +41,10 @@ def unit_state():
 
 
 def crashed(first):
-    # an engine that exited is waiting to be restarted, gave up, or restarted since the wait began:
-    # waiting out the deadline would only delay the rollback
-    now = unit_state()
-    if now.get("ActiveState") in ("failed", "inactive") or now.get("SubState") == "auto-restart":
-        return f"the service exited ({now.get('ActiveState')}/{now.get('SubState')})"
-    if now.get("NRestarts", "0") != first.get("NRestarts", "0"):
-        return f"the service exited and was restarted {now.get('NRestarts')} times in all"
-    return ""
+    # waiting out the deadline on an engine that has exited would only delay the rollback
+    count = first.get("NRestarts", "0").strip()
+    reason = unit_exit_reason(unit_state(), int(count) if count.isdigit() else 0)
+    return "the service exited (" + reason + ")" if reason else ""
 
 
 first = unit_state()

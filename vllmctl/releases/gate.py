@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.bench import EndpointReport, LoadSpec, check_report
-from vllmctl.bench.health import HealthResult
+from vllmctl.bench.readiness import HealthResult
+from vllmctl.bench.report import EndpointReport, LoadSpec, check_report
 
 # Small on purpose: the gate proves the engine answers within its SLO, it is not a capacity test.
 SMOKE_SPEC = LoadSpec(concurrency=(1, 4), output_tokens=32, requests=8, level_timeout_s=120.0, warmup=True)

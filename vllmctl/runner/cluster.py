@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
@@ -30,7 +31,6 @@ from vllmctl.multinode.preflight import (
     stop_listener_argv,
 )
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
-from vllmctl.render.quoting import redact_text
 from vllmctl.runner.fleet import fan_out
 from vllmctl.status.group import cluster_state, node_state_script
 from vllmctl.status.model import ClusterState
@@ -127,10 +127,7 @@ def _must(
 ) -> str:
     result = transport.run(command, sudo=True, timeout=timeout_s, stdin=stdin or None)
     if not result.ok:
-        raise VllmctlError(
-            f"{transport.host.name}: {what} failed (exit {result.exited})",
-            f"stderr: {redact_text((result.stderr or result.stdout).strip())[-800:] or '(none)'}",
-        )
+        raise replace(result, host=transport.host.name).error(what, limit=800)
     return result.stdout
 
 

@@ -10,18 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.bench import SmokeBench
-from vllmctl.bench.health import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup
 from vllmctl.multinode.group_ops import (
-    ENGINE_SHOW,
     activation,
     create_group_release,
-    engine_exited,
     engine_journal_command,
-    engine_restarts,
     env_record_step,
     journal_errors,
     pointer_step,
@@ -44,6 +41,7 @@ from vllmctl.releases.group import (
     serving_unchanged,
 )
 from vllmctl.releases.host import release_endpoints
+from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units, restart_count
 from vllmctl.render.quoting import shell_word
 from vllmctl.runner.engine_watch import EngineExitedError, smoke_bench, wait_for_health
 from vllmctl.runner.group_nodes import (
@@ -221,13 +219,13 @@ def check_engine(
     nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log, bench: bool
 ) -> Verdict:
     head = manifest.head
-    show = f"systemctl show -p {ENGINE_SHOW} -- {shell_word(engine_unit)}"
-    before = engine_restarts(nodes.shell(head, show, sudo=False))
+    show = f"systemctl show -p {SHOW_PROPERTIES} -- {shell_word(engine_unit)}"
+    before = restart_count(nodes.shell(head, show, sudo=False))
 
     def watch(_progress: Progress) -> None:
-        exited = engine_exited(nodes.shell(head, show, sudo=False), before)
+        exited = exited_units(nodes.shell(head, show, sudo=False), before)
         if exited:
-            raise EngineExitedError(exited)
+            raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
 
     since = nodes.shell(head, "date +%s", sudo=False).strip()
     nodes.step(head, restart_step([engine_unit]))

@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from vllmctl.bench import EndpointReport, benchmark_endpoint
-from vllmctl.bench.health import HealthResult, Progress, wait_healthy
+from vllmctl.bench.health import wait_healthy
+from vllmctl.bench.readiness import HealthResult, Progress
+from vllmctl.bench.report import EndpointReport
+from vllmctl.bench.smoke import benchmark_endpoint
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command
 from vllmctl.releases.gate import SMOKE_INPUT_TOKENS, SMOKE_SPEC
+from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units
 from vllmctl.runner.remote import Remote
 
 
@@ -34,20 +37,9 @@ def wait_for_health(
         return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
 
 
-def exited_units(show_output: str) -> list[str]:
-    """Units `systemctl show -p Id,ActiveState,NRestarts` reports failed or restarted since their start."""
-    exited = []
-    for block in show_output.strip().split("\n\n"):
-        props = dict(line.partition("=")[::2] for line in block.splitlines())
-        restarts = props.get("NRestarts", "0")
-        if props.get("ActiveState") == "failed" or (restarts.isdigit() and int(restarts) > 0):
-            exited.append(f"{props.get('Id', '?')} ({props.get('ActiveState')}, {restarts} restarts)")
-    return exited
-
-
 def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[[Progress], None]:
     def check(_progress: Progress) -> None:
-        show = ("systemctl", "show", "-p", "Id,ActiveState,NRestarts", "--", *units)
+        show = ("systemctl", "show", "-p", SHOW_PROPERTIES, "--", *units)
         exited = exited_units(remote.execute(Command(argv=show), timeout_s).stdout)
         if exited:
             raise EngineExitedError(f"the engine exited: {', '.join(exited)}")

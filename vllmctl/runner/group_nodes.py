@@ -6,6 +6,7 @@ and what each node says about its group releases and its group units.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
@@ -29,6 +30,7 @@ from vllmctl.runner.fleet import fan_out
 from vllmctl.runner.remote import Remote, SshRemote, finish_script, lock_script, raise_if_locked
 from vllmctl.tasks.desired import env_path, unit_name
 from vllmctl.transport import Result, SshTransport
+from vllmctl.transport.target import http_address
 
 T = TypeVar("T")
 FORKS = 32
@@ -55,7 +57,7 @@ class Nodes:
         connect: Connect = ssh_node,
     ) -> None:
         self.names = tuple(nodes)
-        self.addresses = {node: inv.hosts[node].address for node in nodes}
+        self.addresses = {node: http_address(inv.hosts[node]) for node in nodes}  # engine URLs' host
         self.remotes = {node: connect(inv.hosts[node]) for node in nodes}
         self.timeout_s = timeout_s
         self.locked: tuple[str, ...] = ()
@@ -69,10 +71,7 @@ class Nodes:
             result = self.remotes[node].execute(Command(shell=script), self.timeout_s)
             raise_if_locked(node, result)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: taking the host lock failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error("taking the host lock")
             return node
 
         done = fan_out(self.names, take, FORKS)
@@ -100,10 +99,7 @@ class Nodes:
         for action in step.actions:
             result = self.remotes[node].execute(action, self.timeout_s)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: `{action.render()}` failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error(f"`{action.render()}`")
 
     def close(self) -> None:
         """Releases the lock where it was taken (every node at once), then closes the connections."""
@@ -167,10 +163,7 @@ def read_group_listings(
         try:
             result = remote.execute(command, timeout_s)
             if not result.ok:
-                raise VllmctlError(
-                    f"{node}: listing group releases failed (exit {result.exited})",
-                    f"stderr: {(result.stderr or result.stdout).strip()[-500:] or '(none)'}",
-                )
+                raise replace(result, host=node).error("listing group releases")
             return parse_group_listing(result.stdout, node, group)
         finally:
             remote.close()

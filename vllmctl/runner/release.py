@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench import SmokeBench
-from vllmctl.bench.health import FLOOR_S, HealthCheck
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck
+from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import (
@@ -52,6 +52,7 @@ from vllmctl.runner.engine_watch import smoke_bench, wait_for_health, watch_unit
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
+from vllmctl.transport.target import http_address
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
@@ -142,10 +143,7 @@ def run_step(remote: Remote, host: str, step: Step, timeout_s: float) -> None:
     for action in step.actions:
         result = remote.execute(action, timeout_s)
         if not result.ok:
-            raise VllmctlError(
-                f"{host}: `{action.render()}` failed (exit {result.exited})",
-                f"stderr: {result.stderr.strip()[-500:] or '(none)'}",
-            )
+            raise replace(result, host=host).error(f"`{action.render()}`")
 
 
 def check_serving(
@@ -153,7 +151,7 @@ def check_serving(
 ) -> Verdict:
     """Health of every endpoint, then (bench) the smoke benchmark; the journal only when health failed."""
     checks = []
-    for model, url in release_endpoints(manifest, ctx.host.address):
+    for model, url in release_endpoints(manifest, http_address(ctx.host)):
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
         key = opts.api_keys.get(model)
         health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from vllmctl.errors import TransportError, VllmctlError
@@ -101,10 +102,7 @@ class SshRemote:
         result = self.transport.run(prefix + build_script(requests), sudo=True, timeout=timeout)
         raise_if_locked(self.name, result)
         if not result.ok:
-            raise VllmctlError(
-                f"{self.name}: gathering facts failed (exit {result.exited})",
-                f"stderr: {result.stderr.strip()[-500:] or '(none)'}",
-            )
+            raise replace(result, host=self.name).error("gathering facts")
         return parse_sections(requests, result.stdout)
 
     def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:

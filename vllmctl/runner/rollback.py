@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.bench.health import HealthCheck
+from vllmctl.bench.readiness import HealthCheck
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group_history import GroupSelection
@@ -126,7 +126,7 @@ def rollback(
 ) -> RollbackRun:
     """Plan, or (yes) roll back every selected host that has host releases, then every selected group."""
     selection, problems = select(inv, selected, opts.command_timeout_s, opts.connect)
-    contexts = host_contexts(inv, [h for h in selected if h not in selection.covered], {})
+    contexts = host_contexts(inv, [h for h in selected if h not in selection.covered], {}, stage_models=False)
     if not yes:
         return _plan(inv, contexts, selection, problems, opts)
     gate = GateOptions(

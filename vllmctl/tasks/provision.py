@@ -6,13 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllmctl.bench.health import startup_deadline_s
+from vllmctl.bench.readiness import startup_deadline_s
 from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
 from vllmctl.paths import WHEELHOUSE_DIR
 from vllmctl.render.quoting import venv_dir_name
-from vllmctl.tasks import desired
-from vllmctl.tasks.desired import HostContext, OpCall, Params, env_path, unit_name, venv_path
+from vllmctl.tasks.desired import (
+    HostContext,
+    OpCall,
+    Params,
+    applied_hash,
+    env_path,
+    index_credentials,
+    unit_name,
+    venv_path,
+)
 
 
 def local_files(ctx: HostContext, source: str) -> Sequence[Mapping[str, Any]] | None:
@@ -62,7 +70,7 @@ def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
             "extras": "[all]" if engine.name == "sglang" and engine.package is None else "",
             "index_url": engine.index_url,
             # USER:PASSWORD read on the controller; the op hands it to pip through stdin, never argv
-            "index_credentials": ctx.secrets.get(desired.index_credentials(engine) or ""),
+            "index_credentials": ctx.secrets.get(index_credentials(engine) or ""),
             "driver_branch": pinned_branch(ctx),
             "remove": list(CPU_VARIANT_REMOVALS) if engine.distribution.endswith("-cpu") else [],
         }
@@ -113,7 +121,7 @@ def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
         for replica in ctx.plan(model).replicas:
             args = {
                 "name": unit_name(model.name, replica.index),
-                "applied": desired.applied_hash(ctx, model, replica),
+                "applied": applied_hash(ctx, model, replica),
                 "port": replica.port,
                 "model": model.name,
                 "env_file": env_path(model.name),

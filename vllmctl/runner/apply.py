@@ -1,0 +1,219 @@
+"""The apply flow: plan the fleet, converge each host with the release gate after it, then each multi-node
+model as one group release, and record the run in the local audit log."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from vllmctl.bench.readiness import FLOOR_S
+from vllmctl.console import Ui
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory import load_inventory
+from vllmctl.inventory.controller import LocalFiles
+from vllmctl.inventory.model import Inventory
+from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.ops import sha256_text
+from vllmctl.planner.inventory_plan import GpuFacts
+from vllmctl.planner.rules.base import HostResources
+from vllmctl.releases.host import inventory_digest
+from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
+from vllmctl.runner.cluster_release import GroupGateOptions
+from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
+from vllmctl.runner.fleet import (
+    api_keys,
+    append_local_audit,
+    deployment_plans,
+    gather_fleet_facts,
+    gpu_facts_from,
+    host_contexts,
+    host_resources_from,
+    load_model_archs,
+    local_audit_path,
+    lock_owner,
+    planned_inventory,
+    resolve_secrets,
+    select_hosts,
+    ssh_remote,
+)
+from vllmctl.runner.release import GateOptions, gate_host
+from vllmctl.runner.remote import Remote
+from vllmctl.runner.results import RunResult
+from vllmctl.runner.view import Progress
+from vllmctl.tasks.desired import HostContext, render_env
+from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
+
+
+@dataclass(frozen=True)
+class ApplyRequest:
+    """What `vllmctl apply` was asked: the inventory, the playbook and how to run it."""
+
+    inventory: str
+    playbook: str = "site"
+    limit: str | None = None
+    check: bool = False
+    diff: bool = False
+    forks: int = 16
+    batch_size: int | None = None
+    max_fail_percentage: float | None = None
+    timeout: float = 600.0  # one remote command
+    bookkeeping_timeout: float = 120.0  # release records, pointers, journal tails
+    host_timeout: float = 3600.0
+    no_gate: bool = False
+    keep_releases: int | None = None
+    health_timeout: float | None = None
+    break_lock: bool = False
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    result: RunResult
+    groups: list[GroupRun]
+
+    @property
+    def failed(self) -> bool:
+        return self.result.failed or any(g.failed for g in self.groups)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.result.changed) or any(g.changed for g in self.groups)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.result.to_json(), "groups": {g.model: g.to_json() for g in self.groups}}
+
+
+Confirm = Callable[[int, str], bool]  # (hosts, playbook) -> go ahead?
+
+
+def gates(playbook: Playbook) -> bool:
+    """Only a playbook that starts the model services makes releases."""
+    return any(
+        task.task == "model_services" and task.params.get("start", True) is not False
+        for phase in playbook.phases
+        for task in phase.tasks
+    )
+
+
+def release_hook(args: ApplyRequest, inventory: Inventory, started: str) -> AfterHost:
+    opts = GateOptions(
+        owner=lock_owner(started),
+        created_at=started,
+        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
+        keep=args.keep_releases or inventory.releases.keep,
+        command_timeout_s=args.bookkeeping_timeout,
+        health_timeout_s=args.health_timeout or FLOOR_S,
+        api_keys=api_keys(inventory, os.environ),
+    )
+
+    def after_host(
+        ctx: HostContext, remote: Remote, lock: Callable[[], None], failure: str
+    ) -> dict[str, Any]:
+        return gate_host(ctx, remote, lock, opts, failure).to_json()
+
+    return after_host
+
+
+def deploy_groups(
+    args: ApplyRequest,
+    inventory: Inventory,
+    result: RunResult,
+    plans: Mapping[str, ClusterPlan],
+    contexts: Mapping[str, HostContext],
+    started: str,
+    ui: Ui,
+) -> list[GroupRun]:
+    """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
+    gate = GroupGateOptions(
+        owner=lock_owner(started),
+        break_lock=args.break_lock,
+        created_at=started,
+        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
+        command_timeout_s=args.bookkeeping_timeout,
+        health_timeout_s=args.health_timeout or FLOOR_S,
+        api_keys=api_keys(inventory, os.environ),
+    )
+    if args.no_gate:
+        why = "--no-gate: a multi-node model is only deployed as a gated group release"
+        return [GroupRun(m, p.cluster.group, p.hosts, "skipped", reasons=(why,)) for m, p in plans.items()]
+    failed = [name for name, host in result.hosts.items() if host.status != "ok"]
+    engine_env = {
+        model: sha256_text(render_env(contexts[plan.head], inventory.models[model]))
+        for model, plan in plans.items()
+        if plan.head in contexts
+    }
+    secrets = next(iter(contexts.values())).secrets if contexts else {}
+    opts = GroupApplyOptions(
+        check=args.check, gate=gate, diff=args.diff, engine_env=engine_env, secrets=secrets
+    )
+    return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
+
+
+def gathered_gpus(
+    inventory: Inventory, hosts: list[str], ui: Ui
+) -> tuple[dict[str, GpuFacts], dict[str, HostResources]]:
+    """GPUs and host memory from the hosts that declare no GPUs: facts fill in what the inventory omits."""
+    undeclared = [h for h in hosts if inventory.hosts[h].gpus is None]
+    if not undeclared:
+        return {}, {}
+    contexts = host_contexts(inventory, undeclared, {}, stage_models=False)
+    gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, 16)
+    return gpu_facts_from(gathered, ui), host_resources_from(gathered)
+
+
+def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
+    """Plan, then converge every selected host (releases gated per host), then each multi-node group;
+    the local audit log records what was done."""
+    args = request
+    inventory = load_inventory(args.inventory, LocalFiles())  # validate's checks, the controller's too
+    playbook = load_playbook(args.playbook)
+    if args.health_timeout is not None:
+        playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
+    hosts = select_hosts(inventory, args.limit)
+    gpus, resources = gathered_gpus(inventory, hosts, ui)
+    archs, arch_failures = load_model_archs(inventory, online=not args.offline)  # once: hub fetches are slow
+    inventory = planned_inventory(inventory, gpus, archs)
+    plans = deployment_plans(inventory, hosts, gpus, archs=archs, resources=resources)
+    clusters = group_plans(inventory, gpus, archs, arch_failures) if gates(playbook) else {}
+    if not args.check and not confirm(len(hosts), playbook.name):
+        raise VllmctlError("aborted; nothing was done", "pass --yes to skip this question")
+    contexts = host_contexts(inventory, hosts, resolve_secrets(inventory, os.environ), plans)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    opts = RunOptions(
+        forks=args.forks,
+        batch_size=args.batch_size,
+        max_fail_percentage=args.max_fail_percentage,
+        command_timeout_s=args.timeout,
+        host_timeout_s=args.host_timeout,
+        check=args.check,
+        diff=args.diff,
+        break_lock=args.break_lock,
+        lock_owner=lock_owner(started),
+        after_host=None
+        if args.check or args.no_gate or not gates(playbook)
+        else release_hook(args, inventory, started),
+    )
+    with Progress(ui, hosts) as progress:
+        result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+    groups = deploy_groups(args, inventory, result, clusters, contexts, started, ui) if clusters else []
+    if not args.check:
+        record = {
+            "time": started,
+            "inventory": args.inventory,
+            "playbook": playbook.name,
+            "by": opts.lock_owner,
+        }
+        append_local_audit(
+            local_audit_path(os.environ),
+            {
+                **record,
+                "hosts": {name: h.recap() for name, h in result.hosts.items()},
+                "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
+            },
+        )
+    return ApplyOutcome(result, groups)

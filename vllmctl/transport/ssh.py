@@ -1,0 +1,209 @@
+"""`SshTransport`: one Fabric connection per host, opened lazily and reused; deadlines, sudo, argv quoted by
+`quoting.shell_join`, uploads through stdin or SFTP with an atomic rename, errors with hints."""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import paramiko
+
+from vllmctl.errors import TransportError
+from vllmctl.inventory.model import Host
+from vllmctl.render.quoting import host_path, shell_join, shell_resolves_under, shell_word
+from vllmctl.transport.connection import connect_error, connection_chain
+from vllmctl.transport.result import Result
+from vllmctl.transport.target import SSH_CONFIG_FILES, SshTarget, load_ssh_config, resolve_target
+
+
+class SshTransport:
+    """One SSH connection to one host (through its jump hosts), opened lazily and reused for every command
+    of a run. `ssh_config` lists the ssh_config files to merge with the inventory (default: the user's and
+    the system's, as OpenSSH reads them)."""
+
+    def __init__(self, host: Host, ssh_config: Sequence[str] = SSH_CONFIG_FILES) -> None:
+        self.host = host
+        self._ssh_config = tuple(ssh_config)
+        self._target: SshTarget | None = None
+        self._chain: list[Any] = []  # fabric.Connection objects: jump hosts first, the host last
+
+    @property
+    def target(self) -> SshTarget:
+        """The inventory merged with ssh_config, read once (on first use, so errors come from connect)."""
+        if self._target is None:
+            self._target = resolve_target(self.host, load_ssh_config(self._ssh_config))
+        return self._target
+
+    def connect(self) -> Any:
+        """The open fabric.Connection to the host; a dropped one is replaced by a fresh one."""
+        if self._chain:
+            transport = self._chain[-1].client.get_transport()
+            if transport is not None and transport.is_active():
+                return self._chain[-1]
+            self.close()  # the connection dropped: the next command gets a fresh one
+        target = self.target
+        try:
+            self._chain = connection_chain(target)
+            for connection in self._chain:  # jump hosts first, each through the one before
+                connection.open()
+                # the next hop's direct-tcpip channel waits this long, not paramiko's default hour
+                connection.transport.channel_timeout = target.connect_timeout_s
+        # paramiko re-raises its reader thread's EOFError when sshd closes the connection mid-handshake
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise connect_error(target, exc) from exc
+        return self._chain[-1]
+
+    def _client(self) -> paramiko.SSHClient:
+        client: paramiko.SSHClient = self.connect().client
+        return client
+
+    def _wrap(self, command: str, sudo: bool, timeout: float | None) -> str:
+        if timeout is not None:
+            # the remote side kills the command too, so a hung process does not outlive its deadline
+            command = f"timeout -k 5 {max(1, int(timeout))} sh -c {shell_word(command)}"
+        if sudo and self.host.ssh.sudo and self.target.user != "root":
+            command = f"sudo -n -- sh -c {shell_word(command)}"
+        return command
+
+    def run(
+        self,
+        cmd: list[str] | tuple[str, ...] | str,
+        sudo: bool = False,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> Result:
+        """Run a command; argv lists are quoted word by word. Secrets go in `stdin`, never in `cmd`."""
+        command = cmd if isinstance(cmd, str) else shell_join(cmd)
+        transport = self._client().get_transport()
+        if transport is None or not transport.is_active():
+            raise TransportError(f"{self.host.name}: connection lost", "check the host and run again")
+        try:
+            channel = transport.open_session(timeout=self.host.ssh.connect_timeout_s)
+            channel.exec_command(self._wrap(command, sudo, timeout))
+            if stdin is not None:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            out, err, code, timed_out = _collect(channel, timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(
+                f"{self.host.name}: connection lost while running a command ({exc or type(exc).__name__})",
+                "check that sshd still runs on the host and apply again: it converges from where it left off",
+            ) from exc
+        return Result(out, err, code, timed_out, command, self.host.name)
+
+    def put(
+        self,
+        content: bytes,
+        path: str,
+        mode: str = "0644",
+        owner: str = "root",
+        group: str = "root",
+        sudo: bool = True,
+        timeout: float | None = None,
+    ) -> Result:
+        """Write `content` (sent through stdin) to a temp name in the same directory, then rename it."""
+        target = shell_word(host_path(path))
+        script = (
+            "set -e; umask 077; "
+            f"tmp=$(mktemp {shell_word(os.path.dirname(path))}/.vllmctl-upload.XXXXXX); "
+            'trap \'rm -f "$tmp"\' EXIT; cat > "$tmp"; '
+            f'chmod {shell_word(mode)} "$tmp"; chown {shell_word(owner + ":" + group)} "$tmp"; '
+            f'mv -f "$tmp" {target}; trap - EXIT'
+        )
+        return self.run(script, sudo=sudo, timeout=timeout, stdin=content)
+
+    def put_file(
+        self,
+        source: str,
+        path: str,
+        sha256: str,
+        mode: str = "0644",
+        owner: str = "root",
+        group: str = "root",
+        timeout: float | None = None,
+        root: str = "",
+    ) -> Result:
+        """Stream a local file over SFTP into a private incoming folder, check its sha256 on the host, then
+        move it next to `path` and rename it into place (so a half-sent file is never seen there); with
+        `root`, only where `path`'s directory resolves on the host inside it."""
+        host_path(path)
+        user = self.target.user
+        incoming = f"/var/tmp/vllmctl-incoming-{user}"
+        prepared = self.run(["install", "-d", "-m", "0700", "-o", user, incoming], sudo=True, timeout=30)
+        if not prepared.ok:
+            return prepared
+        sent = f"{incoming}/{uuid.uuid4().hex}"
+        self._send(source, sent, timeout)
+        q = shell_word
+        refusal = q(f"not writing {path}: it resolves outside {root}")
+        confine = f"{shell_resolves_under(path, root)} || {{ echo {refusal} >&2; exit 1; }}; " if root else ""
+        script = (
+            f"set -e; trap 'rm -f {q(sent)}' EXIT; {confine}"
+            f"echo {q(sha256 + '  ' + sent)} | sha256sum --check --quiet --status - "
+            f"|| {{ echo {q('sha256 mismatch after sending ' + source)} >&2; exit 1; }}; "
+            f'tmp=$(mktemp {q(os.path.dirname(path) or ".")}/.vllmctl-push.XXXXXX); mv -f {q(sent)} "$tmp"; '
+            f'chmod {q(mode)} "$tmp"; chown {q(owner + ":" + group)} "$tmp"; mv -f "$tmp" {q(path)}'
+        )
+        return self.run(script, sudo=True, timeout=timeout)
+
+    def _send(self, source: str, sent: str, timeout: float | None) -> None:
+        try:
+            sftp = self._client().open_sftp()
+            try:
+                sftp.get_channel().settimeout(timeout)  # type: ignore[union-attr]
+                sftp.put(source, sent)
+            finally:
+                sftp.close()
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise TransportError(
+                    f"cannot read {source}: {exc.strerror}", "check the model's source path"
+                ) from exc
+            raise TransportError(
+                f"{self.host.name}: sending {source} failed ({exc})",
+                "check the host's free disk and apply again",
+            ) from exc
+        except (paramiko.SSHException, EOFError) as exc:  # SFTP reads EOF when the connection drops
+            raise TransportError(
+                f"{self.host.name}: connection lost while sending {source} ({exc or type(exc).__name__})",
+                "apply again: it converges from where it left off",
+            ) from exc
+
+    def close(self) -> None:
+        """Closes the host's connection and its jump hosts' (Fabric leaves gateways open)."""
+        for connection in reversed(self._chain):
+            connection.client.close()
+        self._chain = []
+
+
+def _collect(channel: paramiko.Channel, timeout: float | None) -> tuple[str, str, int, bool]:
+    # a local deadline a little after the remote `timeout`, in case the remote side hangs entirely
+    deadline = None if timeout is None else time.monotonic() + timeout + 10
+    out, err = bytearray(), bytearray()
+    while True:
+        if channel.recv_ready():
+            out += channel.recv(65536)
+        elif channel.recv_stderr_ready():
+            err += channel.recv_stderr(65536)
+        elif channel.exit_status_ready() or (channel.closed and channel.eof_received):
+            break
+        elif deadline is not None and time.monotonic() > deadline:
+            channel.close()
+            return out.decode(errors="replace"), err.decode(errors="replace"), -1, True
+        else:
+            select.select([channel], [], [], 0.5)
+    while channel.recv_ready():
+        out += channel.recv(65536)
+    while channel.recv_stderr_ready():
+        err += channel.recv_stderr(65536)
+    # paramiko reports -1 when the channel closed without the server sending an exit status
+    code = channel.recv_exit_status() if channel.exit_status_ready() else -1
+    channel.close()
+    if code == -1:
+        raise EOFError("the channel closed without an exit status")
+    return out.decode(errors="replace"), err.decode(errors="replace"), code, code == 124
