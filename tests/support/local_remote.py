@@ -14,7 +14,7 @@ from vllmctl.ops import Command, Upload
 from vllmctl.runner.remote import HostLockedError
 from vllmctl.transport import Result
 
-MOVED = ("/var/lib/vllmctl", "/etc/systemd/system", "/opt/vllmctl")
+MOVED = ("/var/lib/vllmctl", "/etc/systemd/system", "/etc/vllmctl", "/opt/vllmctl")
 
 SYSTEMCTL = """#!/bin/bash
 echo "systemctl $*" >> "$ROOT/calls"

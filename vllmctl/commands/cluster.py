@@ -29,10 +29,9 @@ from vllmctl.runner.cluster_release import (
     GroupOutcome,
     deploy_group,
     lock_group,
-    roll_back_group,
-    rollback_plan,
 )
 from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
+from vllmctl.runner.group_rollback import roll_back_group, rollback_plan
 from vllmctl.status.model import ClusterState
 from vllmctl.tasks.desired import index_credentials
 

@@ -1,5 +1,6 @@
 """Release steps, pure: write a release (manifest, units, then the `complete` marker), activate one
-(stop → units from the release dir → start, then switch `current`), record the gate's verdict, prune."""
+(stop → units from the release dir → start, the state records rewritten for it, then switch `current`),
+record the gate's verdict, prune."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from vllmctl.ops.base import Command, Step, Upload, noop, run
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
-from vllmctl.paths import RELEASES_DIR, UNIT_DIR
+from vllmctl.paths import RELEASES_DIR, STATE_DIR, UNIT_DIR
 from vllmctl.releases.host import (
     COMPLETE,
     MANIFEST,
@@ -65,27 +66,57 @@ def swap_units(
 
 
 def activate_release(
-    manifest: Manifest, running_units: Iterable[str], installed_units: Iterable[str]
+    manifest: Manifest,
+    running_units: Iterable[str],
+    installed_units: Iterable[str],
+    env_files: Mapping[str, str] | None = None,
 ) -> Step:
     """Stop → units from the release dir → start: on a GPU the old and new engines cannot share memory.
 
-    Applied hashes are removed so the next apply restarts from what the inventory says, not what was
-    rolled back to; units no longer in the release are disabled and removed.
+    Each started unit's applied record is rewritten from the unit and env file it was started with
+    (`env_files`: unit -> env file), so the next apply of the inventory that serves it restarts nothing;
+    its `.healthy` record goes until `mark_healthy` (a rollback that never served is polled again). Units
+    no longer in the release are disabled and removed with their records.
     """
     wanted = sorted(manifest.units)
     running = sorted(set(running_units))
     gone = sorted(set(installed_units) - set(wanted))
     actions: list[Command | Upload] = [*swap_units(manifest.id, running, gone, wanted)]
     if wanted or gone:
-        # Both records describe the release being left; gone, the next apply restarts and re-checks health.
+        # Both records describe the release being left; an interruption before the rewrite restarts next time.
         names = sorted({*wanted, *gone})
         records = [path for name in names for path in (applied_path(name), healthy_path(name))]
         actions.append(run("rm", "-f", "--", *records))
     if wanted:
         actions.append(run("systemctl", "enable", "--", *wanted))
         actions.append(run("systemctl", "start", "--", *wanted))
+        files = env_files or {}
+        actions += [applied_record(name, files.get(name, "")) for name in wanted]
     actions.append(Command(shell=pointer_switch("current", manifest.id)))
     return Step("release_activate", release_dir(manifest.id), tuple(actions))
+
+
+def applied_record(unit: str, env_file: str) -> Command:
+    """`applied_hash` computed on the host: sha256 of the installed unit, a NUL, the env file (as apply's
+    `desired.applied_hash` renders them), written 0600 under a temp name and renamed into place."""
+    record, tmp = shell_word(applied_path(unit)), shell_word(f"{STATE_DIR}/.{unit}.applied.tmp")
+    env = f"cat -- {shell_word(env_file)} 2>/dev/null; " if env_file else ""
+    return Command(
+        shell=f"umask 077 && {{ cat -- {shell_word(f'{UNIT_DIR}/{unit}')} && printf '\\000' && {env}true; }}"
+        f" | sha256sum | cut -c1-64 | tr -d '\\n' > {tmp} && mv -f -- {tmp} {record}"
+    )
+
+
+def mark_healthy(units: Iterable[str]) -> Step:
+    """The applied records of units that answered health become their `.healthy` records (same content)."""
+    names = sorted(units)
+    copies = [
+        Command(shell=f"umask 077 && cp -f -- {shell_word(applied_path(n))} {shell_word(healthy_path(n))}")
+        for n in names
+    ]
+    if not copies:
+        return noop("release_healthy", "units", "no unit to mark")
+    return Step("release_healthy", " ".join(names), tuple(copies))
 
 
 def record_verdict(

@@ -43,10 +43,17 @@ from vllmctl.releases.group import (
 from vllmctl.releases.host import release_endpoints
 from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units, restart_count
 from vllmctl.render.quoting import shell_word
-from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
-from vllmctl.runner.release import EngineExitedError, smoke_bench, wait_for_health
+from vllmctl.runner.engine_watch import EngineExitedError, smoke_bench, wait_for_health
+from vllmctl.runner.group_nodes import (
+    Connect,
+    Nodes,
+    group_units,
+    read_engine_env,
+    read_states,
+    read_units,
+    ssh_node,
+)
 from vllmctl.tasks.desired import env_path, unit_name
-from vllmctl.transport.target import http_address
 
 Log = Callable[[str], None]
 
@@ -63,6 +70,9 @@ class GroupGateOptions:
     health: HealthCheck = wait_for_health
     bench: SmokeBench = smoke_bench
     api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)  # model -> its engine's API key
+    connect: Connect = ssh_node  # one node's connection (tests pass a local one)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,7 @@ class GroupOutcome:
 
 def lock_group(inv: Inventory, nodes: Sequence[str], opts: GroupGateOptions) -> Nodes:
     """The group's nodes with the host lock taken on every one (HostLockedError when one is held)."""
-    return Nodes(inv, nodes, opts.command_timeout_s, opts.owner, opts.break_lock)
+    return Nodes(inv, nodes, opts.command_timeout_s, opts.owner, opts.break_lock, opts.connect)
 
 
 def deploy_group(
@@ -128,25 +138,6 @@ def deploy_group(
             nodes.close()
 
 
-def roll_back_group(
-    inv: Inventory,
-    group: str,
-    model: str,
-    hosts: Sequence[str],
-    to: str | None,
-    opts: GroupGateOptions,
-    log: Log,
-) -> GroupOutcome:
-    """`cluster --rollback`: the previous (or named) known-good group release, re-activated on every node."""
-    nodes = Nodes(inv, hosts, opts.command_timeout_s, opts.owner, opts.break_lock)
-    try:
-        states = read_states(nodes, group)
-        target = group_rollback_target(states, hosts, to)
-        return _reactivate(nodes, group, model, states, target, opts, log, None, ())
-    finally:
-        nodes.close()
-
-
 def _roll_back_after(
     nodes: Nodes, group: str, model: str, failed: str, verdict: Verdict, opts: GroupGateOptions, log: Log
 ) -> GroupOutcome:
@@ -160,10 +151,10 @@ def _roll_back_after(
             nodes.step(node, stop_step(present))
         log(f"no known-good group release: the group's units are stopped on {', '.join(nodes.names)}")
         return GroupOutcome("failed", failed, (*verdict.reasons, f"not rolled back: {exc.render()}"))
-    return _reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
+    return reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
 
 
-def _reactivate(
+def reactivate(
     nodes: Nodes,
     group: str,
     model: str,
@@ -181,6 +172,10 @@ def _reactivate(
     if back.passed:  # as on a host: the release that serves again is the one a later failure returns to
         for node in nodes.names:
             nodes.step(node, pointer_step(group, "known-good", target))
+        env = read_engine_env(nodes, group, model)
+        if unit_name(model, 0) in manifests[nodes.names[0]].units and env.now is not None:
+            # the engine started again with the env file as it is now: the next apply compares with that
+            nodes.step(nodes.names[0], env_record_step(group, env.now))
         return GroupOutcome(
             "rolled_back" if failed else "reactivated", failed or target, reasons, target, ray
         )
@@ -236,7 +231,7 @@ def check_engine(
     nodes.step(head, restart_step([engine_unit]))
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
-    for model, url in release_endpoints(manifest, http_address(nodes.transports[head].host)):
+    for model, url in release_endpoints(manifest, nodes.addresses[head]):
         key = opts.api_keys.get(model)
         health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
@@ -256,10 +251,10 @@ def check_engine(
 def wait_formed(nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, log: Log) -> bringup.RayStatus:
     """`ray status` on the head until every node and GPU of the release is there."""
     argv = [f"{manifest.venv_path}/bin/ray", "status", f"--address={manifest.ray_address}"]
-    deadline = time.monotonic() + opts.formed_timeout_s
+    deadline = opts.clock() + opts.formed_timeout_s
     missing = "no answer yet"
-    while time.monotonic() < deadline:
-        result = nodes.transports[manifest.head].run(argv, timeout=60)
+    while opts.clock() < deadline:
+        result = nodes.run(manifest.head, argv, 60)
         if result.ok:
             status = bringup.parse_ray_status(result.stdout)
             found = bringup.cluster_formed(status, manifest.pp, manifest.gpus_per_node)
@@ -269,21 +264,9 @@ def wait_formed(nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, l
             missing = found
         else:
             missing = (result.stderr or result.stdout).strip()[-300:]
-        time.sleep(2)
+        opts.sleep(2)
     raise VllmctlError(
         f"the Ray cluster of group '{manifest.group}' did not form within "
         f"{opts.formed_timeout_s:g}s: {missing}",
         f"see `journalctl -u {ray_unit_name(manifest.group)}` on the workers",
     )
-
-
-def rollback_plan(
-    inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float
-) -> tuple[dict[str, str | None], str]:
-    """What `--rollback` without `--yes` shows: each node's current release, and the target (or raises)."""
-    nodes = Nodes(inv, hosts, timeout_s)
-    try:
-        states = read_states(nodes, group)
-        return {node: states[node].current for node in hosts}, group_rollback_target(states, hosts, to)
-    finally:
-        nodes.close()

@@ -1,6 +1,6 @@
-"""The used nodes of a multi-node group for one run: one SSH connection each (head first), vllmctl's host
-lock on every node for runs that change them, steps run on them, and what each node says about its group
-releases and its group units.
+"""The used nodes of a multi-node group for one run: one connection each (head first, SSH unless the caller
+passes another `connect`), vllmctl's host lock on every node for runs that change them, steps run on them,
+and what each node says about its group releases and its group units.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Host, Inventory
 from vllmctl.multinode.group_ops import (
     EngineEnv,
     engine_env_record,
@@ -22,21 +22,27 @@ from vllmctl.multinode.group_ops import (
 )
 from vllmctl.multinode.plan import plan_cluster
 from vllmctl.multinode.units import ray_unit_name
-from vllmctl.ops import Step, Upload
+from vllmctl.ops import Command, Step
 from vllmctl.releases.group import group_listing_command, parse_group_listing
 from vllmctl.releases.group_history import GroupNodes
 from vllmctl.releases.host import HostReleases
 from vllmctl.runner.fleet import fan_out
-from vllmctl.runner.remote import finish_script, lock_script, raise_if_locked
+from vllmctl.runner.remote import Remote, SshRemote, finish_script, lock_script, raise_if_locked
 from vllmctl.tasks.desired import env_path, unit_name
-from vllmctl.transport import SshTransport
+from vllmctl.transport import Result, SshTransport
+from vllmctl.transport.target import http_address
 
 T = TypeVar("T")
 FORKS = 32
+Connect = Callable[[Host], Remote]
+
+
+def ssh_node(host: Host) -> Remote:
+    return SshRemote(SshTransport(host))
 
 
 class Nodes:
-    """One SSH connection per used node of the group for the whole run, head first.
+    """One connection per used node of the group for the whole run, head first.
 
     With `lock_owner`, the host lock (the one apply and rollback take) is taken on every node before
     anything else and released on close; a node locked by someone else stops the run, changing nothing."""
@@ -48,9 +54,11 @@ class Nodes:
         timeout_s: float,
         lock_owner: str | None = None,
         break_lock: bool = False,
+        connect: Connect = ssh_node,
     ) -> None:
         self.names = tuple(nodes)
-        self.transports = {node: SshTransport(inv.hosts[node]) for node in nodes}
+        self.addresses = {node: http_address(inv.hosts[node]) for node in nodes}  # engine URLs' host
+        self.remotes = {node: connect(inv.hosts[node]) for node in nodes}
         self.timeout_s = timeout_s
         self.locked: tuple[str, ...] = ()
         if lock_owner is not None:
@@ -60,7 +68,7 @@ class Nodes:
         script = lock_script(owner, break_lock)
 
         def take(node: str) -> str:
-            result = self.transports[node].run(script, sudo=True, timeout=self.timeout_s)
+            result = self.remotes[node].execute(Command(shell=script), self.timeout_s)
             raise_if_locked(node, result)
             if not result.ok:
                 raise replace(result, host=node).error("taking the host lock")
@@ -82,29 +90,24 @@ class Nodes:
         return {node: answer for node, answer in done.items() if not isinstance(answer, VllmctlError)}
 
     def shell(self, node: str, command: str, sudo: bool = True) -> str:
-        result = self.transports[node].run(command, sudo=sudo, timeout=self.timeout_s)
-        return result.stdout
+        return self.remotes[node].execute(Command(shell=command, sudo=sudo), self.timeout_s).stdout
+
+    def run(self, node: str, argv: Sequence[str], timeout_s: float) -> Result:
+        return self.remotes[node].execute(Command(argv=tuple(argv), sudo=False), timeout_s)
 
     def step(self, node: str, step: Step) -> None:
-        transport = self.transports[node]
         for action in step.actions:
-            if isinstance(action, Upload):
-                content, path = action.content.encode(), action.path
-                result = transport.put(
-                    content, path, action.mode, action.owner, action.group, timeout=self.timeout_s
-                )
-            else:
-                result = transport.run(action.render(), sudo=action.sudo, timeout=self.timeout_s)
+            result = self.remotes[node].execute(action, self.timeout_s)
             if not result.ok:
                 raise replace(result, host=node).error(f"`{action.render()}`")
 
     def close(self) -> None:
         """Releases the lock where it was taken (every node at once), then closes the connections."""
-        release = finish_script(release_lock=True, audit=False)
-        fan_out(self.locked, lambda node: self.transports[node].run(release, sudo=True, timeout=60), FORKS)
+        release = Command(shell=finish_script(release_lock=True, audit=False))
+        fan_out(self.locked, lambda node: self.remotes[node].execute(release, 60), FORKS)
         self.locked = ()
-        for transport in self.transports.values():
-            transport.close()
+        for remote in self.remotes.values():
+            remote.close()
 
 
 def read_states(nodes: Nodes, group: str) -> dict[str, HostReleases]:
@@ -150,19 +153,19 @@ def multi_node_groups(inv: Inventory) -> tuple[list[GroupNodes], dict[str, Vllmc
 
 
 def read_group_listings(
-    inv: Inventory, nodes: Sequence[str], group: str, timeout_s: float
+    inv: Inventory, nodes: Sequence[str], group: str, timeout_s: float, connect: Connect = ssh_node
 ) -> dict[str, HostReleases | VllmctlError]:
     """Each node's group releases, one round trip per node, no lock; an unreachable node is its error."""
-    command = group_listing_command(group)
+    command = Command(shell=group_listing_command(group))
 
     def listing(node: str) -> HostReleases:
-        transport = SshTransport(inv.hosts[node])
+        remote = connect(inv.hosts[node])
         try:
-            result = transport.run(command, sudo=True, timeout=timeout_s)
+            result = remote.execute(command, timeout_s)
             if not result.ok:
                 raise replace(result, host=node).error("listing group releases")
             return parse_group_listing(result.stdout, node, group)
         finally:
-            transport.close()
+            remote.close()
 
     return fan_out(tuple(nodes), listing, FORKS)

@@ -10,18 +10,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.bench.health import wait_healthy
-from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
-from vllmctl.bench.report import EndpointReport
-from vllmctl.bench.smoke import SmokeBench, benchmark_endpoint
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck
+from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Command, Step
-from vllmctl.ops.release import activate_release, create_release, journal_tail_command, prune_releases
+from vllmctl.ops.release import (
+    activate_release,
+    create_release,
+    journal_tail_command,
+    mark_healthy,
+    prune_releases,
+)
 from vllmctl.ops.release import record_verdict as verdict_step
 from vllmctl.releases.gate import (
     JOURNAL_TAIL_LINES,
-    SMOKE_INPUT_TOKENS,
-    SMOKE_SPEC,
     EndpointCheck,
     Verdict,
     decide,
@@ -46,48 +48,14 @@ from vllmctl.releases.kv import (
     with_measured,
     with_predictions,
 )
-from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units
+from vllmctl.runner.engine_watch import smoke_bench, wait_for_health, watch_units
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
-from vllmctl.tasks.desired import HostContext, render_unit, unit_name, venv_path
+from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
 from vllmctl.transport.target import http_address
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
-
-
-class EngineExitedError(VllmctlError):
-    """A unit being waited on failed or was restarted by systemd: waiting longer cannot make it healthy."""
-
-
-def wait_for_health(
-    base_url: str,
-    model: str,
-    deadline_s: float,
-    on_progress: Callable[[Progress], None],
-    api_key: str | None = None,
-) -> HealthResult:
-    started = time.monotonic()
-    try:
-        return wait_healthy(
-            base_url, model, deadline_s, time.monotonic, time.sleep, on_progress, api_key=api_key
-        )
-    except EngineExitedError as exc:
-        return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
-
-
-def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[[Progress], None]:
-    def check(_progress: Progress) -> None:
-        show = ("systemctl", "show", "-p", SHOW_PROPERTIES, "--", *units)
-        exited = exited_units(remote.execute(Command(argv=show), timeout_s).stdout)
-        if exited:
-            raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
-
-    return check
-
-
-def smoke_bench(base_url: str, model: str, api_key: str | None = None) -> EndpointReport:
-    return benchmark_endpoint(base_url, model, SMOKE_SPEC, SMOKE_INPUT_TOKENS, api_key=api_key)
 
 
 @dataclass(frozen=True)
@@ -197,15 +165,28 @@ def check_serving(
 
 
 def activate(remote: Remote, ctx: HostContext, manifest: Manifest, opts: GateOptions) -> Verdict:
-    """Stop → start from the release dir → health; known-good moves to it only once it serves."""
+    """Stop → start from the release dir → health; known-good moves to it only once it serves. The state
+    records are rewritten for what now serves, so apply plans restarts from the truth."""
     host = ctx.host.name
     units = remote.gather({"units": ()}, opts.command_timeout_s).get("units", {})
     running = [u for u, s in units.items() if s.get("active_state") in ACTIVE_STATES]
-    run_step(remote, host, activate_release(manifest, running, list(units)), opts.command_timeout_s)
+    step = activate_release(manifest, running, list(units), env_files(manifest))
+    run_step(remote, host, step, opts.command_timeout_s)
     verdict = check_serving(remote, ctx, manifest, opts, bench=False)
     if verdict.passed:
+        run_step(remote, host, mark_healthy(manifest.units), opts.command_timeout_s)
         run_step(remote, host, _pointer("known-good", manifest.id), opts.command_timeout_s)
     return verdict
+
+
+def env_files(manifest: Manifest) -> dict[str, str]:
+    """unit -> the env file its engine reads: a model's replicas are its units 0..n-1."""
+    return {
+        unit_name(model, index): env_path(model)
+        for model in manifest.models
+        for index in range(len(manifest.units))
+        if unit_name(model, index) in manifest.units
+    }
 
 
 def _pointer(pointer: str, release: str) -> Step:

@@ -4,7 +4,8 @@ and the smoke benchmark), `status` and `history` show it as one serving release,
 nothing, a changed env file alone (a rotated token) restarts the engine alone as a new release, a changed
 engine argument is a new release (`--check --diff` shows the unit diff first), one the
 engine refuses rolls the group back to the previous release, which serves again, and `vllmctl rollback`
-takes the whole group one release further back (one module, in order: the hosts are set up once)."""
+takes the whole group one release further back, even from an inventory that no longer plans; after each
+rollback `apply --check` of what serves changes nothing (one module, in order: the hosts are set up once)."""
 
 from __future__ import annotations
 
@@ -65,9 +66,19 @@ def serves_from_both_nodes(lab: RayLab) -> None:
         assert name in text, text
 
 
-def set_max_model_len(lab: RayLab, value: int) -> None:
-    # an explicit engine arg: the planner only warns above the model's positions, the engine refuses it
-    lab.doc["models"]["tiny"]["engine_args"]["max_model_len"] = value
+def set_max_model_len(lab: RayLab, value: int | None) -> None:
+    args = lab.doc["models"]["tiny"]["engine_args"]
+    if value is None:
+        args.pop("max_model_len", None)
+    else:
+        args["max_model_len"] = value
+
+
+def check_changes_nothing(lab: RayLab, name: str) -> None:
+    """`apply --check` of the inventory that matches what serves: exit 0, the group unchanged (#19)."""
+    code, doc, stderr = apply(lab, name, "--check")
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-3000:]
+    assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
 
 
 RELEASES: dict[str, str] = {}  # shared by the tests of this module, which run in order
@@ -135,6 +146,7 @@ def test_a_changed_env_file_alone_restarts_the_engine_as_a_new_group_release(lab
     head = lab.hosts[0]
     token = lab.workdir / "hf_token"
     token.write_text("hf_lab_rotated\n")
+    token.chmod(0o600)  # vllmctl refuses a secret file others may read
     lab.doc["secrets"] = {"hf_token": {"file": str(token)}}  # the env files get HF_TOKEN; no unit changes
     engine, ray = "vllmctl-tiny-0.service", f"vllmctl-ray-{GROUP}.service"
     started = {h.name: unit_show(lab, h, ray, "InvocationID") for h in lab.hosts}
@@ -183,19 +195,25 @@ def test_a_changed_engine_argument_is_a_new_group_release(lab: RayLab) -> None:
     RELEASES["len256"] = group["release"]
 
 
-def test_a_max_model_len_the_engine_refuses_rolls_the_group_back(lab: RayLab) -> None:
-    set_max_model_len(lab, 4096)  # the tiny model has 2048 positions
-    code, doc, stderr = apply(lab, "len4096.yml")
+def test_a_start_the_engine_refuses_rolls_the_group_back(lab: RayLab) -> None:
+    # the planner accepts any tokenizer path; the engine cannot load one that is not there
+    lab.doc["models"]["tiny"]["engine_args"]["tokenizer"] = "/nonexistent/tokenizer"
+    code, doc, stderr = apply(lab, "notokenizer.yml")
     assert code == 1, stderr[-4000:]
     group = doc["groups"]["tiny"]
     assert (group["status"], group["ok"]) == ("rolled_back", False), group
     assert group["rolled_back_to"] == RELEASES["len256"]
-    assert any("User-specified max_model_len (4096)" in reason for reason in group["reasons"]), group
+    refused = "OSError: Can't load tokenizer for '/nonexistent/tokenizer'"
+    assert any(refused in reason for reason in group["reasons"]), group
     assert pointers(lab) == {h.name: (RELEASES["len256"], RELEASES["len256"]) for h in lab.hosts}
     serves_from_both_nodes(lab)
+    del lab.doc["models"]["tiny"]["engine_args"]["tokenizer"]
+    check_changes_nothing(lab, "len256-again.yml")  # the state describes the release that serves again
 
 
 def test_vllmctl_rollback_takes_the_whole_group_back_to_the_release_before(lab: RayLab) -> None:
+    # an inventory the planner refuses (the model has 2048 positions): the rollback needs only the hosts
+    set_max_model_len(lab, 4096)
     inventory = str(lab.inventory("rollback.yml"))
     planned = lab.vllmctl("rollback", inventory, "--json")
     assert planned.returncode == EXIT_CHANGES, planned.stdout[-3000:] + planned.stderr[-3000:]
@@ -206,3 +224,5 @@ def test_vllmctl_rollback_takes_the_whole_group_back_to_the_release_before(lab: 
     assert (group["status"], group["rolled_back_to"]) == ("reactivated", RELEASES["token"]), group
     assert pointers(lab) == {h.name: (RELEASES["token"], RELEASES["token"]) for h in lab.hosts}
     serves_from_both_nodes(lab)
+    set_max_model_len(lab, None)  # the token release's inventory
+    check_changes_nothing(lab, "token-serving.yml")

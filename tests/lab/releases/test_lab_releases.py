@@ -115,9 +115,14 @@ def releases(deployment: Any) -> Iterator[Releases]:
     assert code == 0, output[-4000:]
     assert found.exec_start() == found.baseline_exec
     assert found.pointer("current") == found.pointer("known-good")
-    # after a rollback this apply restarts the engine but does not wait for it: the rollback removed the
-    # units' applied hashes, not their `.healthy` records, so service_health is a no-op (reported bug)
     found.assert_serves(within_s=300)
+
+
+def check_changes_nothing(releases: Releases, inventory: Path) -> None:
+    """`apply --check` of the inventory that matches what serves: exit 0, nothing planned (#19)."""
+    code, doc, output = releases.apply(inventory, "--check")
+    planned = [s for s in doc["hosts"][releases.host.name]["steps"] if s["status"] == "planned"]
+    assert code == 0 and not planned, json.dumps(planned, indent=1) + output[-3000:]
 
 
 def _release(doc: dict[str, Any], host: str) -> dict[str, Any]:
@@ -138,6 +143,7 @@ def test_a_flag_that_makes_vllm_exit_is_rolled_back_and_the_old_flags_serve(rele
     assert "--max-num-batched-tokens" not in releases.running_argv()
     assert (releases.pointer("current"), releases.pointer("known-good")) == (good, good)
     releases.assert_serves()
+    check_changes_nothing(releases, releases.inventory("serving.yml"))  # the gate's rollback left state true
     releases.seen.append(release["release"])
     releases.expected[release["release"]] = ("failed", EXIT_MESSAGE)
 
@@ -182,6 +188,7 @@ def test_rollback_returns_to_the_release_before_and_history_lists_them(releases:
     assert releases.exec_start() == releases.baseline_exec
     assert "--max-num-seqs 3" not in releases.running_argv()
     releases.assert_serves()
+    check_changes_nothing(releases, releases.inventory("rb.yml"))  # what serves is the state apply reads
 
     shown = releases.history()
     # oldest first, every one of this module's kept (keep 5); other modules' releases on this host come before
@@ -227,6 +234,7 @@ def test_an_apply_killed_mid_rollout_is_finished_by_the_next(releases: Releases)
     assert (releases.pointer("current"), releases.pointer("known-good")) == (finished["release"],) * 2
     assert "--max-num-seqs 5" in releases.running_argv()
     releases.assert_serves()
+    check_changes_nothing(releases, inventory)
 
 
 def test_a_model_served_with_an_api_key_passes_its_own_gate(

@@ -1,11 +1,13 @@
 """End to end on the 4-host lab (real sshd, systemd 252, sudo): converge twice, --check after a manual edit,
---limit, and faults (unreachable host, sshd killed mid-apply, a hung command, a held lock)."""
+--limit, faults (unreachable host, sshd killed mid-apply, a hung command, a held lock), and gated releases
+with an engine stand-in: after rollbacks and a killed apply, --check of what serves changes nothing."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ MODEL_SOURCE = '/srv/models/tiny;it\'s"q"100%'
 UNIT = "vllmctl-tiny-0.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 LOCK = "/var/lib/vllmctl/lock"
+RELEASES = "/var/lib/vllmctl/releases"
 
 
 def vllmctl(*args: str, state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -329,3 +332,151 @@ def test_hosts_are_reached_through_a_jump_host(lab: dict[str, Any]) -> None:
     # the other hosts saw the connections come from the bastion, not from the controller
     seen = sh(fleet, fleet.hosts[2], "sudo journalctl --no-pager -o cat | grep 'Accepted publickey' || true")
     assert f"Accepted publickey for ops from {bastion.address} " in seen
+
+
+# A single-host engine stand-in (NOT vLLM) for the gated tests below: `/health`, `/v1/models`, streamed
+# completions, and vLLM's scheduler refusal (so the gate has a start to roll back). Installed as the
+# release venv's python: the unit's `python -m vllm.entrypoints.openai.api_server ...` runs it unchanged.
+STUB_ENGINE = r"""#!/usr/bin/python3
+import argparse, json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+for flag in ("-m", "--served-model-name"):
+    p.add_argument(flag)
+for flag in ("--port", "--max-num-seqs", "--max-num-batched-tokens"):
+    p.add_argument(flag, type=int)
+a, _ = p.parse_known_args()
+if a.max_num_seqs and a.max_num_batched_tokens and a.max_num_batched_tokens < a.max_num_seqs:
+    sys.exit(f"ValueError: max_num_batched_tokens ({a.max_num_batched_tokens}) must be greater than or "
+             f"equal to max_num_seqs ({a.max_num_seqs}).")
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def reply(self, body, kind="application/json"):
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        models = {"object": "list", "data": [{"id": a.served_model_name, "object": "model"}]}
+        self.reply(json.dumps(models).encode() if self.path == "/v1/models" else b"")
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        n = int(req.get("max_tokens") or 8)
+        base = {"id": "cmpl-stub", "object": "text_completion", "created": 0, "model": a.served_model_name}
+        usage = {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+        if not req.get("stream"):
+            text = [{"index": 0, "text": " x" * n, "finish_reason": "length"}]
+            return self.reply(json.dumps({**base, "choices": text, "usage": usage}).encode())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        chunk = {**base, "choices": [{"index": 0, "text": " x", "finish_reason": None}]}
+        for _ in range(n):
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        self.wfile.write(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+ThreadingHTTPServer(("0.0.0.0", a.port), H).serve_forever()
+"""
+GATED_PLAYBOOK = {
+    "name": "gated",
+    "phases": [
+        {"name": "base", "tasks": [{"task": "base_layout"}, {"task": "service_user", "name": "vllm"}]},
+        {"name": "models", "tasks": [{"task": "model_env_files"}, {"task": "model_units"}]},
+        {
+            "name": "services",
+            "tasks": [{"task": "model_services"}, {"task": "health_check", "deadline_s": 60}],
+        },
+    ],
+}
+
+
+def engine_args_inventory(lab: dict[str, Any], name: str, **engine_args: int) -> Path:
+    doc = yaml.safe_load(lab["inventory"].read_text())
+    doc["models"]["tiny"]["engine_args"] = engine_args
+    path = lab["dir"] / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothing(
+    lab: dict[str, Any],
+) -> None:
+    """#19 on real hosts, two of the four (`--limit`): a release, another, `vllmctl rollback`, a start the
+    engine refuses (the gate rolls it back), an apply killed mid-rollout and finished by the next; after
+    each, `apply --check` of the inventory that matches what serves exits 0."""
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    hosts = fleet.hosts[:2]
+    limit = ("--limit", ",".join(h.name for h in hosts))
+    playbook = lab["dir"] / "gated.yml"
+    playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
+    python = sh(fleet, hosts[0], f"sed -n 's/^ExecStart=\\([^ ]*\\) .*/\\1/p' {UNIT_PATH}").strip()
+    venv = python.rsplit("/bin/", 1)[0]
+    for host in hosts:
+        sh(fleet, host, f"sudo test ! -e {venv}")
+        sh(
+            fleet,
+            host,
+            f"printf '%s' {shlex.quote(STUB_ENGINE)} | sudo install -D -m 0755 /dev/stdin {python}",
+        )
+
+    def gated(inventory: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+        return apply(lab, "--playbook", str(playbook), *limit, *extra, inventory=inventory)
+
+    def serves_nothing_new(inventory: Path) -> None:
+        code, doc, stderr = gated(inventory, "--check")
+        planned = {h: [s for s in doc["hosts"][h]["steps"] if s["status"] == "planned"] for h in doc["hosts"]}
+        assert code == 0 and not any(planned.values()), json.dumps(planned, indent=1) + stderr[-3000:]
+
+    def releases(doc: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {
+            h.name: (doc["hosts"][h.name]["release"]["status"], doc["hosts"][h.name]["release"]["release"])
+            for h in hosts
+        }
+
+    try:
+        a, b = (
+            engine_args_inventory(lab, "a.yml", max_num_seqs=4),
+            engine_args_inventory(lab, "b.yml", max_num_seqs=8),
+        )
+        code, _, stderr = gated(a)
+        assert code == 0, stderr[-4000:]
+        code, second, stderr = gated(b)
+        assert code == 0 and {s for s, _ in releases(second).values()} == {"passed"}, stderr[-4000:]
+        serves_nothing_new(b)
+
+        back = vllmctl("rollback", str(b), *limit, "--yes", "--json", state_dir=lab["dir"])
+        assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+        for host in hosts:
+            assert "--max-num-seqs 4" in sh(fleet, host, f"cat {UNIT_PATH}")
+        serves_nothing_new(a)  # was exit 3: every engine restarted plus a health wait
+
+        refused = engine_args_inventory(lab, "refused.yml", max_num_seqs=4, max_num_batched_tokens=2)
+        code, doc, stderr = gated(refused)
+        assert code == 1 and {s for s, _ in releases(doc).values()} == {"rolled_back"}, stderr[-4000:]
+        serves_nothing_new(a)
+
+        killed = engine_args_inventory(lab, "killed.yml", max_num_seqs=6)
+        env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(lab["dir"])}
+        argv = [sys.executable, "-m", "vllmctl", "apply", str(killed), "--playbook", str(playbook), *limit]
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            if "--max-num-seqs 6" in sh(fleet, hosts[0], f"cat {UNIT_PATH}"):
+                process.kill()
+                break
+            time.sleep(0.2)
+        assert process.wait(30) == -9, "the apply ended before it could be killed mid-rollout"
+        code, doc, stderr = gated(killed, "--break-lock")  # the dead run's lock is still there
+        assert code == 0, stderr[-4000:]
+        serves_nothing_new(killed)
+    finally:
+        for host in hosts:
+            sh(
+                fleet,
+                host,
+                f"sudo systemctl stop {UNIT}; sudo rm -rf {venv} {RELEASES} {LOCK}",
+            )
+        converge(lab)

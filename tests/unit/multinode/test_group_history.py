@@ -21,6 +21,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group import GroupManifest
 from vllmctl.releases.group_history import GroupNodes, group_history_rows, select_groups
 from vllmctl.releases.host import HostReleases, Release
+from vllmctl.runner import group_rollback
 from vllmctl.tasks.desired import HostContext
 
 NODES = ("gpu-01", "gpu-02")
@@ -206,12 +207,12 @@ def test_rollback_plans_the_group_as_one_and_leaves_its_hosts_out_of_the_per_hos
     asked: list[tuple[str, tuple[str, ...], str | None]] = []
 
     def plan(
-        inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float
+        inv: Inventory, group: str, hosts: Sequence[str], to: str | None, timeout_s: float, connect: Any
     ) -> tuple[dict[str, str | None], str]:
         asked.append((group, tuple(hosts), to))
         return {"gpu-01": "R2", "gpu-02": "R2"}, "R1"
 
-    monkeypatch.setattr(rollback, "rollback_plan", plan)
+    monkeypatch.setattr(group_rollback, "rollback_plan", plan)
     out, err = io.StringIO(), io.StringIO()
     code = rollback.run(_args(path, to="R1"), Ui(out=out, err=err), _no_host_releases)
     assert code == 3, err.getvalue()  # no "no release" error for the group's hosts: they are not surveyed
@@ -227,3 +228,25 @@ def test_rollback_plans_the_group_as_one_and_leaves_its_hosts_out_of_the_per_hos
     assert shown["covered"]["gpu-03"] == "a spare host of group 'big': no release to roll back"
     with pytest.raises(InputError, match="rolled back as a whole, on all its nodes \\(gpu-01, gpu-02\\)"):
         rollback.run(_args(path, limit="gpu-01"), Ui(out=io.StringIO(), err=io.StringIO()), _no_host_releases)
+
+
+def test_a_group_the_inventory_no_longer_plans_is_rolled_back_from_the_nodes_its_hosts_record(
+    inv_file: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = inv_file()
+    path.write_text(path.read_text().replace("max_model_len: 8192", "max_model_len: 1048576"))
+    inv = load_inventory(path)
+    fleet = _fleet()
+    fleet["gpu-02"] = replace(fleet["gpu-02"], current="R1")
+    listings: dict[str, HostReleases | VllmctlError] = {**fleet, "gpu-03": HostReleases()}
+    monkeypatch.setattr(group_rollback, "read_group_listings", lambda *args: listings)
+    selection, problems = group_rollback.select(inv, ["gpu-01", "gpu-02", "gpu-03"], 10, lambda host: None)
+    assert (selection.groups, problems) == ((_big(),), [])
+    assert selection.covered["gpu-03"] == "a spare host of group 'big': no release to roll back"
+
+    listings = {"gpu-01": TransportError("gpu-01: unreachable", "check it"), "gpu-02": HostReleases()}
+    selection, problems = group_rollback.select(inv, ["gpu-01", "gpu-02", "gpu-03"], 10, lambda host: None)
+    assert selection.groups == () and len(problems) == 1
+    assert problems[0].startswith("group of llama-405b: not rolled back: it cannot be planned (")
+    assert "none of them records a current group release (gpu-01 did not answer)" in problems[0]
+    assert selection.covered["gpu-01"] == "its group's model llama-405b could not be planned"

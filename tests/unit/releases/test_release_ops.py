@@ -32,7 +32,9 @@ def test_activate_is_stop_then_units_from_the_release_then_start_then_pointer() 
         manifest("r1", units=units),
         running_units=["vllmctl-m-0.service", "vllmctl-old-0.service"],
         installed_units=["vllmctl-m-0.service", "vllmctl-old-0.service"],
+        env_files={"vllmctl-m-0.service": "/etc/vllmctl/m.env"},
     )
+    state = "/var/lib/vllmctl/state"
     assert step.rendered() == [
         "systemctl stop -- vllmctl-m-0.service vllmctl-old-0.service",
         "systemctl disable -- vllmctl-old-0.service",
@@ -50,6 +52,14 @@ def test_activate_is_stop_then_units_from_the_release_then_start_then_pointer() 
         "/var/lib/vllmctl/state/vllmctl-old-0.service.healthy",
         "systemctl enable -- vllmctl-m-0.service vllmctl-m-1.service",
         "systemctl start -- vllmctl-m-0.service vllmctl-m-1.service",
+        # the applied records rewritten from what was started (unit NUL env file), as apply digests them
+        "umask 077 && { cat -- /etc/systemd/system/vllmctl-m-0.service && printf '\\000' && "
+        "cat -- /etc/vllmctl/m.env 2>/dev/null; true; } | sha256sum | cut -c1-64 | tr -d '\\n' > "
+        f"{state}/.vllmctl-m-0.service.applied.tmp && mv -f -- {state}/.vllmctl-m-0.service.applied.tmp "
+        f"{state}/vllmctl-m-0.service.applied",
+        "umask 077 && { cat -- /etc/systemd/system/vllmctl-m-1.service && printf '\\000' && true; } | "
+        f"sha256sum | cut -c1-64 | tr -d '\\n' > {state}/.vllmctl-m-1.service.applied.tmp && "
+        f"mv -f -- {state}/.vllmctl-m-1.service.applied.tmp {state}/vllmctl-m-1.service.applied",
         f"cd {RD} && test -f r1/complete && ln -sfn r1 .current.tmp && mv -T .current.tmp current",
     ]
 

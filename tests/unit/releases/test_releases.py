@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from builders import VENV, host_state, manifest
 
-from vllmctl.commands.history import history_rows
 from vllmctl.errors import InputError
 from vllmctl.releases.host import (
     RELEASES_DIR,
@@ -28,6 +27,7 @@ from vllmctl.releases.host import (
     rollback_target,
     serving_digest,
 )
+from vllmctl.runner.history import history_rows
 
 CASES = Path(__file__).parent / "cases"
 

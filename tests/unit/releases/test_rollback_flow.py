@@ -4,6 +4,7 @@ systemctl, journalctl and the health poller are stand-ins."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -13,14 +14,14 @@ import pytest
 from builders import VENV, manifest
 from local_remote import LocalRemote
 
-from vllmctl.bench.readiness import HealthResult
+from vllmctl.bench.readiness import HealthCheck, HealthResult
 from vllmctl.commands import history, rollback
-from vllmctl.commands.rollback import roll_back_host
 from vllmctl.console import Ui
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest, ReleaseError
-from vllmctl.runner.release import GateOptions, HealthCheck, read_releases
+from vllmctl.runner.release import GateOptions, read_releases
+from vllmctl.runner.rollback import roll_back_host
 from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"
@@ -92,7 +93,11 @@ def test_rollback_after_a_good_release_returns_to_the_one_before(host: LocalRemo
     assert (state.current, state.known_good) == ("r1", "r1")
     calls = host.calls()[-4:]
     assert calls[0] == f"systemctl stop -- {UNIT}" and calls[-1] == f"systemctl start -- {UNIT}"
-    assert not host.local(f"/var/lib/vllmctl/state/{UNIT}.applied").exists()
+    # the state records describe what serves now: apply of r1's inventory restarts nothing
+    unit = host.local(f"/etc/systemd/system/{UNIT}").read_text()
+    applied = hashlib.sha256(f"{unit}\0".encode()).hexdigest()  # no env file on this host
+    assert host.local(f"/var/lib/vllmctl/state/{UNIT}.applied").read_text() == applied
+    assert host.local(f"/var/lib/vllmctl/state/{UNIT}.healthy").read_text() == applied
     assert not host.local("/var/lib/vllmctl/lock").exists()
     assert host.audit[-1]["action"] == "rollback" and host.audit[-1]["to"] == "r1"
 
@@ -123,6 +128,9 @@ def test_an_unhealthy_target_fails_with_the_journal_tail(host: LocalRemote) -> N
     assert not outcome.ok
     assert "unrecognized arguments: --bogus" in outcome.reasons[0]
     assert read_releases(host, "gpu1", 10).known_good == "r2"  # known-good moves only when serving
+    # started, so its applied record says so; never healthy, so the next apply waits for health again
+    assert host.local(f"/var/lib/vllmctl/state/{UNIT}.applied").exists()
+    assert not host.local(f"/var/lib/vllmctl/state/{UNIT}.healthy").exists()
 
 
 def _args(**kw: object) -> argparse.Namespace:

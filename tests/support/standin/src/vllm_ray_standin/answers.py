@@ -25,6 +25,7 @@ class Options:
     tp: int
     pp: int
     max_model_len: int | None
+    tokenizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ def parse(argv: Sequence[str]) -> Options:
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--tokenizer")
     known, _others = parser.parse_known_args(list(argv))
     return Options(
         model=known.model,
@@ -57,6 +59,7 @@ def parse(argv: Sequence[str]) -> Options:
         tp=known.tensor_parallel_size,
         pp=known.pipeline_parallel_size,
         max_model_len=known.max_model_len,
+        tokenizer=known.tokenizer,
     )
 
 

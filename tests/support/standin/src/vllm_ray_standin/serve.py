@@ -47,6 +47,17 @@ def read_config(model: str) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def check_tokenizer(options: Options) -> None:
+    """vLLM loads the tokenizer before it starts: a `--tokenizer` directory that is not there stops it (the
+    planner cannot know, so the lab uses this for an engine that refuses a start the planner accepted)."""
+    path = options.tokenizer
+    if path is not None and not (Path(path) / "tokenizer_config.json").is_file():
+        raise Refused(
+            f"OSError: Can't load tokenizer for '{path}'. Make sure '{path}' is the correct path to a "
+            "directory containing all relevant files for a tokenizer."
+        )
+
+
 def stage_probe(model: str) -> tuple[str, bool]:
     """Runs on the stage's node, in a Ray worker."""
     return socket.gethostname(), (Path(model) / "config.json").is_file()
@@ -169,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse(sys.argv[1:] if argv is None else argv)
     try:
         check_start(options, read_config(options.model))
+        check_tokenizer(options)
         log(
             f"placing PP {options.pp} x TP {options.tp} on the Ray cluster at {os.environ.get('RAY_ADDRESS')}"
         )

@@ -1,0 +1,178 @@
+"""`vllmctl rollback`: re-activate the previous (or named) known-good release on each host from what is still
+there (units from the release dir, venv from the manifest), then wait for health; a multi-node model's group
+whose used nodes are all selected is rolled back as one group release. Without `yes`, only the plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllmctl.bench.readiness import HealthCheck
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory.model import Inventory
+from vllmctl.releases.group_history import GroupSelection
+from vllmctl.releases.host import ReleaseError, rollback_target
+from vllmctl.runner.cluster_release import GroupGateOptions
+from vllmctl.runner.engine_watch import wait_for_health
+from vllmctl.runner.fleet import fan_out, host_contexts, ssh_remote
+from vllmctl.runner.group_nodes import Connect, ssh_node
+from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
+from vllmctl.runner.history import RemoteFor, survey
+from vllmctl.runner.release import GateOptions, activate, audit_line, read_releases
+from vllmctl.runner.remote import Remote
+from vllmctl.tasks.desired import HostContext
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class HostRollback:
+    host: str
+    ok: bool
+    from_id: str | None = None
+    to_id: str | None = None
+    seconds: float = 0.0  # rollback started → every endpoint healthy (or gave up)
+    reasons: tuple[str, ...] = ()
+    figures: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "from": self.from_id,
+            "to": self.to_id,
+            "seconds": round(self.seconds, 2),
+            "reasons": list(self.reasons),
+            "figures": self.figures,
+        }
+
+
+@dataclass(frozen=True)
+class RollbackOptions:
+    owner: str = "vllmctl"  # also the host lock's owner
+    to: str | None = None
+    forks: int = 16
+    command_timeout_s: float = 120.0
+    health_timeout_s: float = 600.0
+    break_lock: bool = False
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    health: HealthCheck = wait_for_health
+    remote_for: RemoteFor = ssh_remote
+    connect: Connect = ssh_node  # a group node's connection
+
+
+@dataclass
+class RollbackRun:
+    """The plan (yes False: `rows` of host, current, target) or what was done (`hosts`, `groups`)."""
+
+    done: bool
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hosts: list[HostRollback] = field(default_factory=list)
+    covered: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        groups_ok = all(g.get("ok", True) for g in self.groups.values())
+        return not self.problems and all(h.ok for h in self.hosts) and groups_ok
+
+
+def roll_back_host(
+    ctx: HostContext, remote: Remote, opts: GateOptions, to: str | None = None, break_lock: bool = False
+) -> HostRollback:
+    """Under the host lock: choose the target, stop → units from the release → start, wait for health."""
+    host = ctx.host.name
+    remote.begin({}, opts.owner, break_lock, opts.command_timeout_s)
+    audit: dict[str, object] = {"to": to}
+    try:
+        state = read_releases(remote, host, opts.command_timeout_s)
+        target = rollback_target(state, host, to)
+        assert target.manifest is not None
+        started = opts.clock()
+        verdict = activate(remote, ctx, target.manifest, opts)
+        elapsed = opts.clock() - started
+        outcome = HostRollback(
+            host, verdict.passed, state.current, target.id, elapsed, verdict.reasons, verdict.figures
+        )
+        audit = outcome.to_json()
+        return outcome
+    except VllmctlError as exc:
+        audit["error"] = exc.message
+        raise
+    finally:
+        remote.finish(audit_line(opts.owner, "rollback", audit), True, opts.command_timeout_s)
+
+
+def roll_back_fleet(
+    contexts: Mapping[str, HostContext], opts: RollbackOptions, gate: GateOptions
+) -> list[HostRollback]:
+    def one(name: str) -> HostRollback:
+        remote = opts.remote_for(contexts[name])
+        try:
+            return roll_back_host(contexts[name], remote, gate, opts.to, opts.break_lock)
+        finally:
+            remote.close()
+
+    done = fan_out(list(contexts), one, opts.forks)
+    return [
+        found if isinstance(found, HostRollback) else HostRollback(name, False, reasons=(found.render(),))
+        for name, found in done.items()
+    ]
+
+
+def rollback(
+    inv: Inventory, selected: Sequence[str], yes: bool, opts: RollbackOptions, log: Log
+) -> RollbackRun:
+    """Plan, or (yes) roll back every selected host that has host releases, then every selected group."""
+    selection, problems = select(inv, selected, opts.command_timeout_s, opts.connect)
+    contexts = host_contexts(inv, [h for h in selected if h not in selection.covered], {}, stage_models=False)
+    if not yes:
+        return _plan(inv, contexts, selection, problems, opts)
+    gate = GateOptions(
+        owner=opts.owner,
+        command_timeout_s=opts.command_timeout_s,
+        health_timeout_s=opts.health_timeout_s,
+        health=opts.health,
+        api_keys=opts.api_keys,
+    )
+    log(f"rolling back {len(contexts)} host(s) and {len(selection.groups)} multi-node group(s)")
+    for host, why in selection.covered.items():
+        log(f"{host}: {why}")
+    hosts = roll_back_fleet(contexts, opts, gate)
+    group_opts = GroupGateOptions(
+        owner=opts.owner,
+        break_lock=opts.break_lock,
+        command_timeout_s=opts.command_timeout_s,
+        health_timeout_s=opts.health_timeout_s,
+        health=opts.health,
+        api_keys=opts.api_keys,
+        connect=opts.connect,
+    )
+    groups = roll_back_groups(inv, selection.groups, opts.to, group_opts, log)
+    return RollbackRun(True, groups=groups, hosts=hosts, covered=selection.covered, problems=problems)
+
+
+def _plan(
+    inv: Inventory,
+    contexts: Mapping[str, HostContext],
+    selection: GroupSelection,
+    problems: list[str],
+    opts: RollbackOptions,
+) -> RollbackRun:
+    rows = []
+    for found in survey(contexts, opts.remote_for, opts.command_timeout_s, opts.forks):
+        if found.state is None:
+            problems.append(f"{found.error}\n  hint: {found.hint}")
+            continue
+        try:
+            target = rollback_target(found.state, found.host, opts.to).id
+        except ReleaseError as exc:
+            problems.append(exc.render())
+            target = "(refused)"
+        rows.append((found.host, found.state.current or "-", target))
+    groups = {
+        group.group: group_plan(inv, group, opts.to, opts.command_timeout_s, opts.connect, problems)
+        for group in selection.groups
+    }
+    return RollbackRun(False, rows=rows, groups=groups, covered=selection.covered, problems=problems)
