@@ -12,11 +12,10 @@ from rich.table import Table
 from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
-from vllmctl.inventory import load_inventory
 from vllmctl.releases.host import recovery_needed
-from vllmctl.runner.fleet import host_contexts, planned_inventory, select_hosts, ssh_remote
+from vllmctl.runner.fleet import ssh_remote
 from vllmctl.runner.group_nodes import read_group_listings
-from vllmctl.runner.history import GroupReader, RemoteFor, group_history, history_rows, survey
+from vllmctl.runner.history import GroupReader, RemoteFor, read_history
 
 
 def _figures_text(figures: Mapping[str, Any]) -> str:
@@ -88,12 +87,8 @@ def run(
     remote_for: RemoteFor = ssh_remote,
     read_groups: GroupReader = read_group_listings,
 ) -> int:
-    inventory = planned_inventory(load_inventory(args.inventory))
-    selected = select_hosts(inventory, args.limit)
-    contexts = host_contexts(inventory, selected, {}, stage_models=False)
-    found = survey(contexts, remote_for, args.timeout, args.forks)
-    groups = group_history(inventory, selected, read_groups, args.timeout)
-    rows = [row for s in found if s.state is not None for row in history_rows(s.host, s.state)]
+    history = read_history(args.inventory, args.limit, args.timeout, args.forks, remote_for, read_groups)
+    found, rows, groups = history.found, history.rows, history.groups
     failed = [s for s in found if s.error]
     if args.json:
         ui.json(

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.errors import VllmctlError
+from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group_history import GroupNodes, group_history_rows
 from vllmctl.releases.host import HostReleases
+from vllmctl.runner.fleet import host_contexts, planned_inventory, select_hosts
 from vllmctl.runner.group_nodes import multi_node_groups
 from vllmctl.runner.release import read_releases
 from vllmctl.runner.remote import Remote
@@ -107,3 +109,30 @@ def _one_group(group: GroupNodes, listings: Mapping[str, HostReleases | VllmctlE
             if isinstance(found, VllmctlError)
         },
     }
+
+
+@dataclass(frozen=True)
+class History:
+    """Every selected host's survey, its release rows, and each multi-node group's releases."""
+
+    found: list[Survey]
+    rows: list[dict[str, Any]]
+    groups: dict[str, Any]
+
+
+def read_history(
+    inventory_path: str,
+    limit: str | None,
+    timeout_s: float,
+    forks: int,
+    remote_for: RemoteFor,
+    read_groups: GroupReader,
+) -> History:
+    """`vllmctl history`: the releases on every selected host and on each group's nodes (read-only)."""
+    inventory = planned_inventory(load_inventory(inventory_path))
+    selected = select_hosts(inventory, limit)
+    contexts = host_contexts(inventory, selected, {}, stage_models=False)
+    found = survey(contexts, remote_for, timeout_s, forks)
+    groups = group_history(inventory, selected, read_groups, timeout_s)
+    rows = [row for s in found if s.state is not None for row in history_rows(s.host, s.state)]
+    return History(found, rows, dict(groups))

@@ -20,6 +20,7 @@ from vllmctl.console import Ui
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest, ReleaseError
+from vllmctl.runner import history as history_flow
 from vllmctl.runner.release import GateOptions, read_releases
 from vllmctl.runner.rollback import roll_back_host
 from vllmctl.tasks.desired import HostContext
@@ -157,7 +158,7 @@ def test_commands_plan_without_yes_and_history_lists_in_order(
 ) -> None:
     deploy(host, _release("r1", "--a"), passed=True)
     deploy(host, _release("r2", "--bogus"), passed=False)
-    for module in (history, rollback):
+    for module in (history_flow, rollback):
         monkeypatch.setattr(module, "load_inventory", lambda path: _inventory())
     out = io.StringIO()
     code = rollback.run(_args(), Ui(out=out, err=io.StringIO()), lambda ctx: host, healthy_unless_bogus(host))
