@@ -15,25 +15,20 @@ from pathlib import Path
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.commands import _options as options
 from vllmctl.console import Ui
-from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
-from vllmctl.inventory import load_inventory
+from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.plan import ClusterPlan, clusters_for, plan_cluster
-from vllmctl.multinode.preflight import PreflightReport, node_addresses
-from vllmctl.planner.inventory_plan import plan_inventory
-from vllmctl.releases.group import group_spec
+from vllmctl.multinode.plan import ClusterPlan
+from vllmctl.multinode.preflight import PreflightReport
 from vllmctl.releases.host import ReleaseError, inventory_digest
-from vllmctl.runner.cluster import cluster_status, prepare_nodes, run_preflight
+from vllmctl.runner.cluster import cluster_status, run_preflight
+from vllmctl.runner.cluster_flow import bring_up, model_cluster
 from vllmctl.runner.cluster_release import (
     GroupGateOptions,
     GroupOutcome,
-    deploy_group,
-    lock_group,
 )
-from vllmctl.runner.fleet import api_keys, load_model_archs, lock_owner, resolve_secrets
+from vllmctl.runner.fleet import api_keys, lock_owner
 from vllmctl.runner.group_rollback import roll_back_group, rollback_plan
 from vllmctl.status.model import ClusterState
-from vllmctl.tasks.desired import index_credentials
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,42 +55,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
-    inv = load_inventory(args.inventory)
-    model = inv.models.get(args.model)
-    if model is None:
-        raise InputError(f"no model named {args.model!r}", f"models: {', '.join(inv.models) or 'none'}")
-    archs, failures = load_model_archs(inv, online=not args.offline)
-    if model.source in failures:
-        raise failures[model.source]
-    cluster = clusters_for(inv, plan_inventory(inv, None, archs).entries).get(model.name)
-    if cluster is None:
-        raise InputError(
-            f"model {model.name!r} is not multi-node",
-            "serve it on a group with multi_node: true (see docs/multinode.md)",
-        )
-    plan = plan_cluster(inv, model, cluster, None, archs.get(model.source))
-    engine = model.engine or inv.hosts[plan.head].engine
-    ui.info(f"{model.name}: PP {plan.pp} x TP {plan.tp} on {', '.join(plan.hosts)} (head {plan.head})")
+    found = model_cluster(args.inventory, args.model, args.offline)
+    inv, plan, engine = found.inventory, found.plan, found.engine
+    ui.info(f"{found.model.name}: PP {plan.pp} x TP {plan.tp} on {', '.join(plan.hosts)} (head {plan.head})")
     if args.status:
         return _show_status(ui, cluster_status(inv, plan, engine, args.timeout), args.json)
     if args.rollback:
         return _roll_back(args, ui, inv, plan)
     if args.preflight_only:
-        return _preflight(args, ui, run_preflight(inv, model, cluster, engine, timeout_s=args.timeout))
-    opts = _gate_options(args, inv)
-    locked = lock_group(inv, plan.hosts, opts)  # before Ray goes into the venvs
-    try:
-        secret = index_credentials(engine)
-        credentials = resolve_secrets(inv, os.environ, {secret}).get(secret) if secret else None
-        prepare_nodes(inv, plan, engine, engine.index_url, ui.info, credentials)
-        report = run_preflight(inv, model, cluster, engine, timeout_s=args.timeout)
-        if _preflight(args, ui, report) != EXIT_OK:
-            return EXIT_FAILURE
-        addresses = node_addresses(inv, report.facts)
-        spec = group_spec(inv, plan, engine, addresses, args.start_engine)
-        return _report(ui, deploy_group(inv, spec, opts, ui.info, locked), plan.hosts, args.json)
-    finally:
-        locked.close()
+        report = run_preflight(inv, found.model, found.cluster, engine, timeout_s=args.timeout)
+        return _preflight(args, ui, report)
+    report, outcome = bring_up(found, _gate_options(args, inv), args.start_engine, args.timeout, ui.info)
+    if _preflight(args, ui, report) != EXIT_OK or outcome is None:
+        return EXIT_FAILURE
+    return _report(ui, outcome, plan.hosts, args.json)
 
 
 def _preflight(args: argparse.Namespace, ui: Ui, report: PreflightReport) -> int:
