@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,27 @@ def load_ssh_config(paths: Sequence[str] = SSH_CONFIG_FILES) -> paramiko.SSHConf
                 f"cannot read the ssh_config {path} ({exc})", "fix or move that file"
             ) from exc
     return config
+
+
+_configs: dict[tuple[tuple[str, int, int] | None, ...], paramiko.SSHConfig] = {}
+_configs_lock = threading.Lock()
+
+
+def _version(path: str) -> tuple[str, int, int] | None:
+    try:
+        found = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return (path, found.st_mtime_ns, found.st_size)
+
+
+def shared_ssh_config(paths: Sequence[str] = SSH_CONFIG_FILES) -> paramiko.SSHConfig:
+    """`load_ssh_config`, parsed once per run (per version of the files) for every host; lookups only read."""
+    key = tuple(_version(path) for path in paths)
+    with _configs_lock:
+        if key not in _configs:
+            _configs[key] = load_ssh_config(paths)
+        return _configs[key]
 
 
 def _port(text: object, where: str) -> int:
