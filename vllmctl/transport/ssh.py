@@ -195,6 +195,10 @@ def _collect(channel: paramiko.Channel, timeout: float | None) -> tuple[str, str
         elif deadline is not None and time.monotonic() > deadline:
             channel.close()
             return out.decode(errors="replace"), err.decode(errors="replace"), -1, True
+        elif channel.eof_received:
+            # the output is complete and the exit status follows; paramiko keeps the channel's pipe readable
+            # forever after EOF, so a select here would spin (one host spun ~1,000 times, starving the rest)
+            channel.status_event.wait(0.5)
         else:
             select.select([channel], [], [], 0.5)
     while channel.recv_ready():
