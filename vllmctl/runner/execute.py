@@ -14,6 +14,7 @@ from typing import Any
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Step
 from vllmctl.render.quoting import redact_text
+from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
@@ -28,7 +29,7 @@ GATED_PHASE = "services"  # a failure here (the service did not come up) is roll
 
 @dataclass(frozen=True)
 class RunOptions:
-    forks: int = 16
+    forks: int = DEFAULT_FORKS
     batch_size: int | None = None
     max_fail_percentage: float | None = None
     command_timeout_s: float = 600.0
