@@ -6,10 +6,10 @@ Usage (root, lab tools installed; hold the lab lock):
 Per fleet size, every figure is printed beside pyinfra's from the same run, rounds interleaved:
   no-op converge        `vllmctl apply --playbook units` vs `pyinfra exec -- true` (target <= 1.5x) and a
                         no-op `pyinfra deploy` of the same state
-  unit change           a sampling preset (`sampling: {temperature: ...}`) changed for the model on every host,
-                        alternating between two values, `--no-gate` (the units playbook starts no engine, so
-                        no stand-in engine runs and nothing is gated); pyinfra: a deploy that rewrites a unit
-                        file with alternating content and reloads systemd
+  unit change           a sampling preset (`sampling: {temperature: ...}`) changed for the model on every
+                        host, alternating between two values, `--no-gate` (the units playbook starts no
+                        engine, so no stand-in engine runs and nothing is gated); pyinfra: a deploy that
+                        rewrites a unit file with alternating content and reloads systemd
   status / history      `vllmctl status --interval 0` and `vllmctl history` across the fleet
   where the time goes   one no-op converge in-process with timers per phase (process start, plan, connect,
                         facts round trip, parse, plan per host), and the controller's CPU and peak memory
@@ -167,15 +167,14 @@ class Case:
 
 
 def measure(cases: list[Case], env: dict[str, str], cwd: Path, runs: int) -> dict[str, list[Run]]:
-    """A warm-up of each, then `runs` rounds with the cases interleaved, so each sees the same machine load."""
+    """A warm-up of each, then `runs` rounds with the cases interleaved: each sees the same machine load."""
     found: dict[str, list[Run]] = {case.name: [] for case in cases}
     for number in range(-1, runs):
         for case in cases:
             run = run_child(case.argv(number), env, cwd)
             if not case.ok(run):
-                sys.exit(
-                    f"{case.name}: unexpected outcome (rc {run.rc}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-                )
+                tails = f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+                sys.exit(f"{case.name}: unexpected outcome (rc {run.rc}):\n{tails}")
             if number >= 0:
                 found[case.name].append(run)
     return found
@@ -246,12 +245,11 @@ def where_time_goes(
     """One no-op converge in this process with timers on each phase; process start measured apart. Per-host
     phases run in threads, so their sums include waiting for the GIL and for the other hosts' traffic."""
     from vllmctl.console import Ui
-    from vllmctl.runner import DEFAULT_FORKS
+    from vllmctl.runner import DEFAULT_FORKS, execute, remote
     from vllmctl.runner import apply as flow
-    from vllmctl.runner import execute, remote
     from vllmctl.transport import ssh
 
-    start = run_child([sys.executable, "-c", "import vllmctl.cli"], env, cwd)
+    start = run_child([sys.executable, "-m", "vllmctl", "apply", "--help"], env, cwd)  # what apply imports
     spent: dict[str, float] = defaultdict(float)
     patches = [
         (ssh.SshTransport, "connect", "connect"),  # TCP, SSH handshake, host key check, auth
@@ -270,7 +268,7 @@ def where_time_goes(
     total = time.perf_counter() - started
     spent["round trip"] -= spent["connect"]
     return {
-        "process start (imports)": {"wall_s": start.wall, "cpu_s": start.cpu},
+        "process start (`apply --help`: imports)": {"wall_s": start.wall, "cpu_s": start.cpu},
         "before SSH (inventory, plan, contexts)": {"wall_s": total - spent["converge"]},
         "converge (all hosts)": {"wall_s": spent["converge"], "cpu_s": time.process_time() - cpu},
         **{
@@ -285,6 +283,9 @@ def where_time_goes(
             )
         },
     }
+
+
+FIELDS = ("wall", "cpu", "rss_mib")
 
 
 def median(runs: list[Run], field: str) -> float:
@@ -328,8 +329,8 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         found |= measure(change, env, work, args.runs)
         run_child([*apply, str(inventory)], env, work)  # back to the no-op inventory's units
         reads = [
-            Case("vllmctl status", lambda n: [*vllmctl, "status", str(inventory), "--json", "--interval", "0"],
-                 json_answer),
+            Case("vllmctl status",
+                 lambda n: [*vllmctl, "status", str(inventory), "--json", "--interval", "0"], json_answer),
             Case("vllmctl history", lambda n: [*vllmctl, "history", str(inventory), "--json", *forks],
                  json_answer),
             exec_true,
@@ -340,9 +341,13 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         phases = where_time_goes(inventory, hosts, args.forks, env, work)
     finally:
         stop_fleet(name)
-    return {"medians": {case: {f: median(runs, f) for f in ("wall", "cpu", "rss_mib")} for case, runs in found.items()},
-            "walls": {case: [round(r.wall, 3) for r in runs] for case, runs in found.items()},
-            "phases": phases}  # fmt: skip
+    return {
+        "medians": {
+            case: {f: median(runs, f) for f in ("wall", "cpu", "rss_mib")} for case, runs in found.items()
+        },
+        "walls": {case: [round(r.wall, 3) for r in runs] for case, runs in found.items()},
+        "phases": phases,
+    }
 
 
 def report(hosts: int, figures: dict[str, Any], forks: int) -> None:
@@ -385,14 +390,14 @@ def main() -> None:
         results[hosts] = fleet_figures(args, hosts, peers)
         report(hosts, results[hosts], args.forks or DEFAULT_FORKS)
     print("\nsummary: wall seconds, median; ratio to pyinfra exec -- true in the same run (target <= 1.5x)")
-    print(
-        f"{'hosts':>5} {'no-op':>6} {'pyinfra':>7} {'ratio':>6} {'change':>7} {'pyinfra':>7} {'status':>7} {'history':>7}"
-    )
+    columns = ("no-op", "pyinfra", "ratio", "change", "pyinfra", "status", "history")
+    print(f"{'hosts':>5} " + " ".join(f"{c:>7}" for c in columns))
     for hosts, figures in results.items():
         m = {case: v["wall"] for case, v in figures["medians"].items()}
         noop, floor = m["vllmctl apply (no-op)"], m["pyinfra exec -- true"]
-        print(f"{hosts:5} {noop:6.2f} {floor:7.2f} {noop / floor:5.2f}x {m['vllmctl apply (unit change, --no-gate)']:7.2f}"
-              f" {m['pyinfra deploy (unit change)']:7.2f} {m['vllmctl status']:7.2f} {m['vllmctl history']:7.2f}")  # fmt: skip
+        row = (noop, floor, noop / floor, m["vllmctl apply (unit change, --no-gate)"],
+               m["pyinfra deploy (unit change)"], m["vllmctl status"], m["vllmctl history"])  # fmt: skip
+        print(f"{hosts:5} " + " ".join(f"{v:6.2f}x" if i == 2 else f"{v:7.2f}" for i, v in enumerate(row)))
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": args.runs, "fleets": results}, indent=1))
 
