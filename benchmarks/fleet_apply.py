@@ -56,6 +56,22 @@ def ensure_peers(venv: Path) -> None:
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "pyinfra", "ansible-core"], check=True)
 
 
+FLEET_MAX = 64  # hosts in one lab fleet; a bigger benchmark fleet is several lab fleets in one inventory
+
+
+def merged_inventory(fleets: list[Path], work: Path) -> Path:
+    """One inventory over several lab fleets: each fleet's own key and known_hosts set on its hosts."""
+    doc = yaml.safe_load(fleets[0].read_text())
+    for other in fleets[1:]:
+        more = yaml.safe_load(other.read_text())
+        ssh = {key: more["defaults"]["ssh"][key] for key in ("identity_file", "known_hosts")}
+        doc["hosts"].update({name: {**host, "ssh": ssh} for name, host in more["hosts"].items()})
+        doc["groups"].update(more["groups"])
+    path = work / "lab-merged.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def write_inventory(fleet_inventory: Path, work: Path, temperature: float | None = None) -> Path:
     """The no-op inventory, or (temperature given) one whose sampling preset changes every host's unit."""
     doc = yaml.safe_load(fleet_inventory.read_text())
@@ -79,8 +95,8 @@ def write_peer_files(inventory_path: Path, work: Path) -> dict[str, Path]:
     (work / "unit").write_text(render_unit(ctx, model, ctx.plan(model).replicas[0]))
     ssh = first.ssh
     pyinfra_hosts = [
-        (h.address, {"ssh_user": ssh.user, "ssh_key": ssh.identity_file,
-                     "ssh_known_hosts_file": ssh.known_hosts, "ssh_strict_host_key_checking": "yes"})
+        (h.address, {"ssh_user": h.ssh.user, "ssh_key": h.ssh.identity_file,
+                     "ssh_known_hosts_file": h.ssh.known_hosts, "ssh_strict_host_key_checking": "yes"})
         for h in inventory.hosts.values()
     ]  # fmt: skip
     (work / "pyinfra_inventory.py").write_text(f"hosts = {pyinfra_hosts!r}\n")
@@ -98,14 +114,12 @@ def write_peer_files(inventory_path: Path, work: Path) -> dict[str, Path]:
         " user='root', group='root')\n"
         f"systemd.service(name='svc', service={UNIT!r}, running=False, enabled=False)\n"
     )
-    lines = ["[fleet]"] + [f"{h.name} ansible_host={h.address}" for h in inventory.hosts.values()]
-    lines += [
-        "[fleet:vars]",
-        f"ansible_user={ssh.user}",
-        f"ansible_ssh_private_key_file={ssh.identity_file}",
-        f"ansible_ssh_common_args='-o UserKnownHostsFile={ssh.known_hosts} -o StrictHostKeyChecking=yes'",
-        "ansible_python_interpreter=/usr/bin/python3",
+    lines = ["[fleet]"] + [
+        f"{h.name} ansible_host={h.address} ansible_ssh_private_key_file={h.ssh.identity_file}"
+        f" ansible_ssh_common_args='-o UserKnownHostsFile={h.ssh.known_hosts} -o StrictHostKeyChecking=yes'"
+        for h in inventory.hosts.values()
     ]
+    lines += ["[fleet:vars]", f"ansible_user={ssh.user}", "ansible_python_interpreter=/usr/bin/python3"]
     (work / "ansible_hosts.ini").write_text("\n".join(lines) + "\n")
     play = [{
         "hosts": "fleet", "become": True, "gather_facts": True,
@@ -294,16 +308,20 @@ def median(runs: list[Run], field: str) -> float:
 
 def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="vllmctl-bench-"))
-    name = f"bench{os.getpid()}-{hosts}"
+    names = [f"bench{os.getpid()}-{hosts}-{part}" for part in range(-(-hosts // FLEET_MAX))]
     env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(work / "state"), "ANSIBLE_PIPELINING": "1",
            "ANSIBLE_FORKS": str(hosts), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "ans"),
            "PATH": f"{peers / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
     pyinfra = [str(peers / "bin" / "pyinfra"), "-y", "--parallel", str(hosts), "pyinfra_inventory.py"]
     forks = ["--forks", str(args.forks)] if args.forks else []
     try:
-        fleet = start_fleet(name, hosts, work / "lab.yml")
-        inventory = write_inventory(fleet.inventory, work)
-        variants = [write_inventory(fleet.inventory, work, t) for t in (0.2, 0.3)]
+        sizes = [min(FLEET_MAX, hosts - FLEET_MAX * part) for part in range(len(names))]
+        fleets = [
+            start_fleet(n, size, work / f"{n}.yml").inventory for n, size in zip(names, sizes, strict=True)
+        ]
+        lab = merged_inventory(fleets, work)
+        inventory = write_inventory(lab, work)
+        variants = [write_inventory(lab, work, t) for t in (0.2, 0.3)]
         write_peer_files(inventory, work)
         vllmctl = [sys.executable, "-m", "vllmctl"]
         apply = [*vllmctl, "apply", "--json", "--playbook", "units", *forks]
@@ -340,7 +358,8 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         found["pyinfra exec -- true (beside reads)"] = again[exec_true.name]
         phases = where_time_goes(inventory, hosts, args.forks, env, work)
     finally:
-        stop_fleet(name)
+        for name in names:
+            stop_fleet(name)
     return {
         "medians": {
             case: {f: median(runs, f) for f in ("wall", "cpu", "rss_mib")} for case, runs in found.items()
