@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -306,6 +307,23 @@ def median(runs: list[Run], field: str) -> float:
     return statistics.median(getattr(run, field) for run in runs)
 
 
+def medians(found: dict[str, list[Run]]) -> dict[str, dict[str, float]]:
+    return {case: {f: median(runs, f) for f in FIELDS} for case, runs in found.items()}
+
+
+def facts_script(inventory: Path) -> str:
+    """The script a no-op `apply --playbook units` runs on the first host: lock probe and every fact."""
+    from vllmctl.facts.script import build_script
+    from vllmctl.runner.fleet import host_contexts
+    from vllmctl.runner.plan import playbook_requests
+    from vllmctl.runner.remote import probe_script
+    from vllmctl.tasks.playbooks import load_playbook
+
+    loaded = load_inventory(inventory)
+    ctx = next(iter(host_contexts(loaded, list(loaded.hosts)[:1], {}, stage_models=False).values()))
+    return probe_script() + build_script(playbook_requests(load_playbook("units"), ctx))
+
+
 def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="vllmctl-bench-"))
     names = [f"bench{os.getpid()}-{hosts}-{part}" for part in range(-(-hosts // FLEET_MAX))]
@@ -329,15 +347,27 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         exec_true = Case(
             "pyinfra exec -- true", lambda n: [*pyinfra, "exec", "--", "true"], pyinfra_clean(True)
         )
+        # the remote half of a no-op converge alone: vllmctl's own facts script, through sudo, by pyinfra
+        facts = "sh -c " + shlex.quote(facts_script(inventory))
         noop = [
             Case("vllmctl apply (no-op)", lambda n: [*apply, str(inventory)], vllmctl_recap(changed=False)),
             exec_true,
+            Case(
+                "pyinfra exec --sudo (vllmctl's facts script)",
+                lambda n: [*pyinfra, "--sudo", "exec", "--", facts],
+                pyinfra_clean(True),
+            ),
             Case("pyinfra deploy (no-op)", lambda n: [*pyinfra, "--sudo", "deploy.py"], pyinfra_clean(False)),
         ]
         if args.ansible:
             ansible = [str(peers / "bin" / "ansible-playbook"), "-i", "ansible_hosts.ini", "-f", str(hosts)]
             noop.append(Case("ansible-playbook (no-op)", lambda n: [*ansible, "playbook.yml"], ansible_clean))
         found = measure(noop, env, work, args.runs)
+        if args.noop_only:
+            return {
+                "medians": medians(found),
+                "phases": where_time_goes(inventory, hosts, args.forks, env, work),
+            }
         change = [
             Case("vllmctl apply (unit change, --no-gate)",
                  lambda n: [*apply, "--no-gate", str(variants[n % 2])], vllmctl_recap(changed=True)),
@@ -361,9 +391,7 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         for name in names:
             stop_fleet(name)
     return {
-        "medians": {
-            case: {f: median(runs, f) for f in ("wall", "cpu", "rss_mib")} for case, runs in found.items()
-        },
+        "medians": medians(found),
         "walls": {case: [round(r.wall, 3) for r in runs] for case, runs in found.items()},
         "phases": phases,
     }
@@ -394,6 +422,7 @@ def main() -> None:
     parser.add_argument("--hosts", default="16,64,128", help="fleet sizes, comma list (default 16,64,128)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--forks", type=int, help="vllmctl --forks (default: vllmctl's own default)")
+    parser.add_argument("--noop-only", action="store_true", help="only the no-op converge and its peers")
     parser.add_argument(
         "--ansible", action="store_true", help="also time ansible-playbook (slow on big fleets)"
     )
@@ -412,7 +441,7 @@ def main() -> None:
     columns = ("no-op", "pyinfra", "ratio", "change", "pyinfra", "status", "history")
     print(f"{'hosts':>5} " + " ".join(f"{c:>7}" for c in columns))
     for hosts, figures in results.items():
-        m = {case: v["wall"] for case, v in figures["medians"].items()}
+        m = defaultdict(float, {case: v["wall"] for case, v in figures["medians"].items()})
         noop, floor = m["vllmctl apply (no-op)"], m["pyinfra exec -- true"]
         row = (noop, floor, noop / floor, m["vllmctl apply (unit change, --no-gate)"],
                m["pyinfra deploy (unit change)"], m["vllmctl status"], m["vllmctl history"])  # fmt: skip
