@@ -301,6 +301,7 @@ def where_time_goes(
 
 
 FIELDS = ("wall", "cpu", "rss_mib")
+SAME_REMOTE_WORK = "pyinfra exec --sudo (vllmctl's facts script)"
 
 
 def median(runs: list[Run], field: str) -> float:
@@ -353,7 +354,7 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
             Case("vllmctl apply (no-op)", lambda n: [*apply, str(inventory)], vllmctl_recap(changed=False)),
             exec_true,
             Case(
-                "pyinfra exec --sudo (vllmctl's facts script)",
+                SAME_REMOTE_WORK,
                 lambda n: [*pyinfra, "--sudo", "exec", "--", facts],
                 pyinfra_clean(True),
             ),
@@ -401,14 +402,17 @@ def report(hosts: int, figures: dict[str, Any], forks: int) -> None:
     medians = figures["medians"]
     floor = medians["pyinfra exec -- true"]["wall"]
     print(f"\n== {hosts} hosts (vllmctl --forks {forks}, pyinfra --parallel {hosts}) ==")
-    print(f"{'':42} {'wall s':>7} {'cpu s':>6} {'MiB':>5}  {'/ pyinfra exec':>14}")
+    print(f"{'':46} {'wall s':>7} {'cpu s':>6} {'MiB':>5}  {'/ pyinfra exec':>14}")
     for case, m in medians.items():
         base = (
             medians["pyinfra exec -- true (beside reads)"]["wall"]
             if case in ("vllmctl status", "vllmctl history")
             else floor
         )
-        print(f"{case:42} {m['wall']:7.2f} {m['cpu']:6.2f} {m['rss_mib']:5.0f}  {m['wall'] / base:13.2f}x")
+        print(f"{case:46} {m['wall']:7.2f} {m['cpu']:6.2f} {m['rss_mib']:5.0f}  {m['wall'] / base:13.2f}x")
+    ours, same = medians["vllmctl apply (no-op)"]["wall"], medians[SAME_REMOTE_WORK]["wall"]
+    print(f"gap to pyinfra exec -- true: {ours - floor:.2f} s = the hosts' work (sudo, facts script) "
+          f"{same - floor:.2f} s + vllmctl itself (start-up, client) {ours - same:.2f} s")  # fmt: skip
     print("where a no-op converge's time goes (one run in-process; per-host phases overlap in threads):")
     for phase, value in figures["phases"].items():
         shown = ", ".join(f"{k} {v:.3f}" if k.endswith("_s") else f"{k} {v:.1f}" for k, v in value.items())
