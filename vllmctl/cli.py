@@ -13,12 +13,13 @@ import traceback
 from collections.abc import Sequence
 
 from vllmctl import __version__
-from vllmctl.commands import COMMAND_MODULES
+from vllmctl.commands import command_modules
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, VllmctlError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """All commands, or (`only`, the command on the command line) just that one: it is all the run needs."""
     parser = argparse.ArgumentParser(
         prog="vllmctl",
         description="Declarative provisioning for GPU fleets serving LLMs (vLLM, SGLang).",
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vllmctl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
+    for module in command_modules(only):
         module.register(sub)
     return parser
 
@@ -41,8 +42,9 @@ def _write_debug_log(exc: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ui = Ui()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     try:
         code: int = args.func(args, ui)
         return code

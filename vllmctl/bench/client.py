@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from vllmctl.bench.report import EndpointReport, LoadSpec
 from vllmctl.bench.sse import SseParser, classify
 from vllmctl.bench.stats import LevelSummary, RequestResult, summarize
+
+if TYPE_CHECKING:  # imported where a benchmark runs: every apply imports this module, few run the smoke bench
+    import aiohttp
 
 Clock = Callable[[], float]
 
@@ -36,6 +38,8 @@ async def stream_completion(
     session: aiohttp.ClientSession, url: str, payload: dict[str, object], clock: Clock
 ) -> RequestResult:
     """One streamed completion, timed like vLLM's `async_request_openai_completions`."""
+    import aiohttp
+
     start = clock()
     last = start
     ttft = 0.0
@@ -132,6 +136,8 @@ async def run_benchmark(
 ) -> EndpointReport:
     """Every level of `spec` against one endpoint; `prompts_for(count, seed)` supplies fresh prompts.
     `api_key`: sent as a bearer token on every request (an engine started with `--api-key` wants it)."""
+    import aiohttp
+
     url = f"{base_url.rstrip('/')}/v1/completions"
     widest = max(spec.concurrency)
     connector = aiohttp.TCPConnector(limit=widest)

@@ -6,8 +6,7 @@ Retries with growing waits up to a deadline (Kamal style); the clock and sleep a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-
-import httpx
+from typing import TYPE_CHECKING
 
 from vllmctl.bench.readiness import (
     PROBE_TIMEOUT_S,
@@ -16,6 +15,9 @@ from vllmctl.bench.readiness import (
     Stage,
     growing_waits,
 )
+
+if TYPE_CHECKING:  # imported where an endpoint is polled: apply imports this module, a no-op apply polls none
+    import httpx
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
@@ -27,6 +29,8 @@ def probe(
     client: httpx.Client, base_url: str, model_id: str, timeout_s: float, api_key: str | None = None
 ) -> tuple[Stage, str]:
     """One attempt: ('ready', '') or the stage that failed and why."""
+    import httpx
+
     base = base_url.rstrip("/")
     try:
         health = client.get(f"{base}/health", timeout=timeout_s)
@@ -57,6 +61,8 @@ def wait_healthy(
     api_key: str | None = None,
 ) -> HealthResult:
     """Poll until the endpoint serves `model_id` or `deadline_s` has passed; never sleeps past it."""
+    import httpx
+
     own_client = client is None
     http = client or httpx.Client(trust_env=False)
     pauses = waits or growing_waits()

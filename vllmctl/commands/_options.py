@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-DEFAULT_FORKS = 16
+from vllmctl.runner import DEFAULT_FORKS
+
+__all__ = ["DEFAULT_FORKS"]
 # Reads (facts, status, history) answer in seconds; changes (apply, rollback) run package installs and model
 # copies as one command. Bookkeeping steps (release records, pointers, journal tails) never wait longer.
 READ_TIMEOUT_S = 60.0

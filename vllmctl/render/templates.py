@@ -90,12 +90,38 @@ def render_string(source: str, context: Mapping[str, Any], name: str = "<string>
 
 
 _SOURCES: dict[str, str] = {}
+_RENDERED: dict[tuple[str, str], str] = {}
+_RENDERED_MAX = 1024
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Data whose repr is its content (no object whose repr is its address, which a new object may reuse)."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
 
 
 def render_template(name: str, context: Mapping[str, Any]) -> str:
+    """Identical text is rendered once per run: a fleet's hosts mostly get the same units and env files, and
+    each is rendered twice per host (the file itself and the applied hash)."""
     if name not in _SOURCES:
         path = templates_dir() / name
         if not path.is_file():
             raise RenderError(f"template {name} not found in {path.parent}", "reinstall vllmctl")
         _SOURCES[name] = path.read_text()
-    return render_string(_SOURCES[name], context, name)
+    items = tuple(context.items())
+    if not all(isinstance(k, str) and _plain(v) for k, v in items):
+        return render_string(_SOURCES[name], context, name)
+    key = (name, repr(items))
+    found = _RENDERED.get(key)
+    if found is None:
+        found = render_string(_SOURCES[name], context, name)
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        _RENDERED[key] = found
+    return found

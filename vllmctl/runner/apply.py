@@ -22,6 +22,7 @@ from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
+from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
@@ -58,7 +59,7 @@ class ApplyRequest:
     limit: str | None = None
     check: bool = False
     diff: bool = False
-    forks: int = 16
+    forks: int = DEFAULT_FORKS
     batch_size: int | None = None
     max_fail_percentage: float | None = None
     timeout: float = 600.0  # one remote command
@@ -162,7 +163,7 @@ def gathered_gpus(
     if not undeclared:
         return {}, {}
     contexts = host_contexts(inventory, undeclared, {}, stage_models=False)
-    gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, 16)
+    gathered = gather_fleet_facts(contexts, ("gpus", "resources"), 30.0, DEFAULT_FORKS)
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
 

@@ -14,11 +14,12 @@ from typing import Any
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Step
 from vllmctl.render.quoting import redact_text
+from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
-from vllmctl.tasks.desired import HostContext, OpCall
-from vllmctl.tasks.playbooks import Phase, Playbook
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import Playbook
 
 AfterHost = Callable[[HostContext, Remote, Callable[[], None], str], dict[str, Any]]
 
@@ -28,7 +29,7 @@ GATED_PHASE = "services"  # a failure here (the service did not come up) is roll
 
 @dataclass(frozen=True)
 class RunOptions:
-    forks: int = 16
+    forks: int = DEFAULT_FORKS
     batch_size: int | None = None
     max_fail_percentage: float | None = None
     command_timeout_s: float = 600.0
@@ -87,19 +88,21 @@ class _HostRun:
             owner = self.opts.lock_owner if lock_now else None
             facts = self.remote.begin(requests, owner, self.opts.break_lock, self.timeout())
             self.locked = lock_now
-            if not self.opts.check and not self.locked and _has_changes(calls, facts):
+            # planned once from these facts; planned again only from facts gathered later
+            first = [plan_calls(phase_list, facts) for _, phase_list in calls]
+            planned: list[list[Step]] | None = first
+            if not self.opts.check and not self.locked and _any_change(first):
                 emit(self.ctx.host.name, "facts", "locking and gathering facts again")
                 facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
-                self.locked = True
-            for phase, phase_list in calls:
-                emit(self.ctx.host.name, phase.name, "planning")
-                steps = plan_calls(phase_list, facts)
+                self.locked, planned = True, None
+            for index, (phase, phase_list) in enumerate(calls):
+                steps = planned[index] if planned is not None else plan_calls(phase_list, facts)
                 changed = self._run_steps(phase.name, steps, emit)
                 if self.result.status != "ok":
                     break
                 if phase.regather and changed and not self.opts.check:
                     emit(self.ctx.host.name, phase.name, "gathering facts again")
-                    facts = self.remote.gather(requests, self.timeout())
+                    facts, planned = self.remote.gather(requests, self.timeout()), None
             failed_in = next((s.phase for s in self.result.steps if s.status == "failed"), "")
             if self.opts.after_host and not self.opts.check and failed_in in ("", GATED_PHASE):
                 self._gate(emit)
@@ -190,8 +193,8 @@ class _HostRun:
             self.remote.close()
 
 
-def _has_changes(calls: Sequence[tuple[Phase, list[OpCall]]], facts: Mapping[str, Any]) -> bool:
-    return any(step.changed for _, phase_list in calls for step in plan_calls(phase_list, facts))
+def _any_change(planned: Sequence[Sequence[Step]]) -> bool:
+    return any(step.changed for steps in planned for step in steps)
 
 
 def batches(hosts: Sequence[str], size: int | None) -> list[list[str]]:

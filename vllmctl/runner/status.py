@@ -18,6 +18,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.paths import RELEASES_DIR
 from vllmctl.planner.inventory_plan import InventoryPlan
 from vllmctl.releases.host import MANIFEST
+from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.cluster import group_states
 from vllmctl.runner.fleet import host_contexts, on_each_host
 from vllmctl.runner.remote import SshRemote
@@ -61,7 +62,7 @@ def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[
         facts = remote.gather({"units": (), "releases": ()}, timeout_s)
         return {"facts": facts, "manifest": _json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
 
-    return on_each_host(contexts, one, forks=16)
+    return on_each_host(contexts, one, forks=DEFAULT_FORKS)
 
 
 def scrape_all(endpoints: Sequence[Endpoint]) -> list[Scrape]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
+if TYPE_CHECKING:  # parsed only where metrics are scraped, not on every import of the status model
+    from prometheus_client.samples import Sample
 
 from vllmctl.errors import VllmctlError
 
@@ -100,6 +100,8 @@ def _model_of(sample: Sample) -> str:
 
 
 def _samples(text: str) -> list[Sample]:
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
     except (ValueError, TypeError, IndexError) as exc:

@@ -1,8 +1,14 @@
 """Fabric connections for one target (jump hosts first) with vllmctl's host-key policy in place of
-Fabric's AutoAddPolicy: strict by default, record-on-first-use only as an opt-in; errors with hints."""
+Fabric's AutoAddPolicy: strict by default, record-on-first-use only as an opt-in; errors with hints.
+
+What does not depend on the host is read once per run, not once per connection: a known_hosts file is parsed
+once per version of the file (paramiko's own load is quadratic in its lines, so 64 hosts each loading a
+64-line file cost more CPU than their SSH handshakes), private keys are loaded once, one Fabric config serves
+every connection."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -17,6 +23,66 @@ from vllmctl.errors import TransportError
 from vllmctl.transport.target import SshTarget, known_hosts_name
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+_cache_lock = threading.Lock()
+_Stamp = tuple[int, int, int] | None
+_known_hosts: dict[str, tuple[_Stamp, paramiko.HostKeys]] = {}
+_private_keys: dict[str, tuple[_Stamp, paramiko.PKey | None]] = {}
+_fabric_config: list[fabric.Config] = []
+
+
+def _stamp(path: str) -> _Stamp:
+    """A file's version (mtime, size, inode), or None when it cannot be read: a changed file is read again."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_mtime_ns, found.st_size, found.st_ino)
+
+
+def _parsed_host_keys(path: str) -> paramiko.HostKeys:
+    """The file's keys, parsed once per version of the file (the first thread parses, the others wait)."""
+    stamp = _stamp(path)
+    with _cache_lock:
+        cached = _known_hosts.get(path)
+        if cached is None or cached[0] != stamp:
+            keys = paramiko.HostKeys()
+            if stamp is not None:
+                # unreadable: no keys known, so strict checking refuses the host, as before
+                with contextlib.suppress(OSError):
+                    keys.load(path)
+            cached = _known_hosts[path] = (stamp, keys)
+        return cached[1]
+
+
+def _fill(into: paramiko.HostKeys, path: str) -> None:
+    """`into` gets its own copy of the entries: a recording policy adds to it without touching the cache."""
+    into._entries = list(_parsed_host_keys(path)._entries)  # type: ignore[attr-defined]
+
+
+def private_key(path: str) -> paramiko.PKey | None:
+    """The key at `path`, loaded once per version of the file; None leaves the file to paramiko (a key with
+    a passphrase, a certificate beside it, a format it reads its own way), which reports it as before."""
+    if os.path.exists(path + "-cert.pub"):
+        return None
+    stamp = _stamp(path)
+    with _cache_lock:
+        cached = _private_keys.get(path)
+        if cached is None or cached[0] != stamp:
+            try:
+                key: paramiko.PKey | None = paramiko.PKey.from_path(path) if stamp is not None else None
+            except Exception:  # any failure: paramiko tries the file itself and words it
+                key = None
+            cached = _private_keys[path] = (stamp, key)
+        return cached[1]
+
+
+def _config() -> fabric.Config:
+    """One Fabric config for every connection (building one per host costs more than reading it)."""
+    with _cache_lock:
+        if not _fabric_config:
+            _fabric_config.append(fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True))
+        return _fabric_config[0]
 
 
 class _RecordingPolicy(paramiko.MissingHostKeyPolicy):
@@ -42,10 +108,9 @@ def host_key_client(target: SshTarget) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     known = target.known_hosts
     if known:
-        if Path(known).expanduser().is_file():
-            client.load_host_keys(str(Path(known).expanduser()))
+        _fill(client.get_host_keys(), str(Path(known).expanduser()))
     else:
-        client.load_system_host_keys()
+        _fill(client._system_host_keys, os.path.expanduser(DEFAULT_KNOWN_HOSTS))  # type: ignore[attr-defined]
     record_to = os.path.expanduser(known or DEFAULT_KNOWN_HOSTS)
     strict = target.strict_host_keys
     client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict else _RecordingPolicy(record_to))
@@ -64,14 +129,17 @@ def _connection(
         "allow_agent": target.use_agent,
         "look_for_keys": target.use_agent and not keys,
     }
+    first = private_key(keys[0]) if keys else None
+    if first is not None:  # loaded once per run; paramiko tries `pkey` first, then the files, as listed
+        kwargs["pkey"] = first
+        keys = keys[1:]
     if keys:
         kwargs["key_filename"] = list(keys)
-    config = fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True)
     connection = fabric.Connection(
         hostname,
         user=user,
         port=port,
-        config=config,
+        config=_config(),
         gateway=gateway,
         forward_agent=False,
         connect_kwargs=kwargs,

@@ -17,7 +17,7 @@ from vllmctl.inventory.model import Host
 from vllmctl.render.quoting import host_path, shell_join, shell_resolves_under, shell_word
 from vllmctl.transport.connection import connect_error, connection_chain
 from vllmctl.transport.result import Result
-from vllmctl.transport.target import SSH_CONFIG_FILES, SshTarget, load_ssh_config, resolve_target
+from vllmctl.transport.target import SSH_CONFIG_FILES, SshTarget, resolve_target, shared_ssh_config
 
 
 class SshTransport:
@@ -35,7 +35,7 @@ class SshTransport:
     def target(self) -> SshTarget:
         """The inventory merged with ssh_config, read once (on first use, so errors come from connect)."""
         if self._target is None:
-            self._target = resolve_target(self.host, load_ssh_config(self._ssh_config))
+            self._target = resolve_target(self.host, shared_ssh_config(self._ssh_config))
         return self._target
 
     def connect(self) -> Any:
@@ -195,6 +195,10 @@ def _collect(channel: paramiko.Channel, timeout: float | None) -> tuple[str, str
         elif deadline is not None and time.monotonic() > deadline:
             channel.close()
             return out.decode(errors="replace"), err.decode(errors="replace"), -1, True
+        elif channel.eof_received:
+            # the output is complete and the exit status follows; paramiko keeps the channel's pipe readable
+            # forever after EOF, so a select here would spin (one host spun ~1,000 times, starving the rest)
+            channel.status_event.wait(0.5)
         else:
             select.select([channel], [], [], 0.5)
     while channel.recv_ready():

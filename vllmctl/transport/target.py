@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import paramiko
 
@@ -70,16 +70,31 @@ def load_ssh_config(paths: Sequence[str] = SSH_CONFIG_FILES) -> paramiko.SSHConf
     return config
 
 
-@cache
-def user_ssh_config() -> paramiko.SSHConfig:
-    """The controller user's ssh_config, read once per run."""
-    return load_ssh_config()
+_configs: dict[tuple[tuple[str, int, int] | None, ...], paramiko.SSHConfig] = {}
+_configs_lock = threading.Lock()
+
+
+def _version(path: str) -> tuple[str, int, int] | None:
+    try:
+        found = os.stat(os.path.expanduser(path))
+    except OSError:
+        return None
+    return (path, found.st_mtime_ns, found.st_size)
+
+
+def shared_ssh_config(paths: Sequence[str] = SSH_CONFIG_FILES) -> paramiko.SSHConfig:
+    """`load_ssh_config`, parsed once per run (per version of the files) for every host; lookups only read."""
+    key = tuple(_version(path) for path in paths)
+    with _configs_lock:
+        if key not in _configs:
+            _configs[key] = load_ssh_config(paths)
+        return _configs[key]
 
 
 def http_address(host: Host) -> str:
     """Where the controller reaches a host's engines over HTTP: ssh_config's `HostName` when the inventory
     names the host by an alias, else its address (a host behind a jump host must still be routable)."""
-    return str(user_ssh_config().lookup(host.address).get("hostname", host.address))
+    return str(shared_ssh_config().lookup(host.address).get("hostname", host.address))
 
 
 def _port(text: object, where: str) -> int:

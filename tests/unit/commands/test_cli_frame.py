@@ -44,8 +44,8 @@ def test_internal_error_becomes_a_message_and_a_log(
 
     real_build = cli.build_parser
 
-    def build_with_broken_command() -> argparse.ArgumentParser:
-        parser = real_build()
+    def build_with_broken_command(only: str | None = None) -> argparse.ArgumentParser:
+        parser = real_build(only)
         parser.set_defaults(func=boom)
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub.choices["history"].set_defaults(func=boom)

@@ -145,14 +145,11 @@ def test_http_reaches_an_aliased_host_at_its_ssh_config_hostname(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An inventory naming a host by its ssh_config alias: health checks, status and bench go to HostName."""
-    from vllmctl.transport.target import http_address, user_ssh_config
+    from vllmctl.transport.target import http_address
 
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "config").write_text("Host gpu-07-alias\n  HostName 10.2.0.7\n  ProxyJump bastion\n")
     monkeypatch.setenv("HOME", str(tmp_path))
-    user_ssh_config.cache_clear()
-    try:
-        assert http_address(host("gpu-07", "gpu-07-alias")) == "10.2.0.7"
-        assert http_address(host("gpu-08", "10.2.0.8")) == "10.2.0.8"
-    finally:
-        user_ssh_config.cache_clear()
+    # the parsed ssh_config is shared per version of the file: a new file is read again
+    assert http_address(host("gpu-07", "gpu-07-alias")) == "10.2.0.7"
+    assert http_address(host("gpu-08", "10.2.0.8")) == "10.2.0.8"
