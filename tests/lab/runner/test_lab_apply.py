@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from vllmctl.inventory.model import EngineSpec
 from vllmctl.lab.testing import LabFleet, LabHostInfo
+from vllmctl.tasks.desired import venv_path
 
 pytestmark = pytest.mark.lab
 
@@ -207,11 +209,10 @@ def _wait_for_ssh(fleet: LabFleet, host: LabHostInfo, deadline_s: float = 30) ->
 def _wrap_useradd(fleet: LabFleet, host: LabHostInfo, body: str) -> None:
     """Make the next `useradd` on the host misbehave (sudo's secure_path finds /usr/local/sbin first)."""
     script = f'#!/bin/sh\nrm -f "$0"\n{body}\nexec /usr/sbin/useradd "$@"\n'
-    sh(
-        fleet,
-        host,
-        f"sudo userdel vllm; printf '%s' '{script}' | sudo tee /usr/local/sbin/useradd >/dev/null",
-    )
+    # only on a spare host: the shared real-engine deployment runs as that user on the first two
+    assert host not in fleet.hosts[:2], "the shared deployment's engines run as the service user there"
+    sh(fleet, host, "sudo pkill -KILL -u vllm; sudo userdel vllm || true; ! id vllm 2>/dev/null")
+    sh(fleet, host, f"printf '%s' '{script}' | sudo tee /usr/local/sbin/useradd >/dev/null")
     sh(fleet, host, "sudo chmod 755 /usr/local/sbin/useradd")
 
 
@@ -236,7 +237,7 @@ def test_sshd_killed_mid_apply_fails_that_host_only_and_a_rerun_converges(lab: d
 def test_a_command_past_its_deadline_fails_that_host_with_the_reason(lab: dict[str, Any]) -> None:
     fleet: LabFleet = lab["fleet"]
     converge(lab)
-    slow = fleet.hosts[1]
+    slow = fleet.hosts[3]
     _wrap_useradd(fleet, slow, "sleep 600")
     started = time.monotonic()
     code, doc, stderr = apply(lab, "--command-timeout", "3")
@@ -392,8 +393,12 @@ GATED_PLAYBOOK = {
 }
 
 
+STUB_VERSION = "0.0.1"  # the stand-in engine's own venv: never a real engine's on the shared fleet
+
+
 def engine_args_inventory(lab: dict[str, Any], name: str, **engine_args: int) -> Path:
     doc = yaml.safe_load(lab["inventory"].read_text())
+    doc["defaults"]["engine"]["version"] = STUB_VERSION
     doc["models"]["tiny"]["engine_args"] = engine_args
     path = lab["dir"] / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -403,17 +408,18 @@ def engine_args_inventory(lab: dict[str, Any], name: str, **engine_args: int) ->
 def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothing(
     lab: dict[str, Any],
 ) -> None:
-    """#19 on real hosts, two of the four (`--limit`): a release, another, `vllmctl rollback`, a start the
-    engine refuses (the gate rolls it back), an apply killed mid-rollout and finished by the next; after
-    each, `apply --check` of the inventory that matches what serves exits 0."""
+    """#19 on real hosts, the two spare ones (`--limit`; the shared real-engine deployment holds the first
+    two): a release, another, `vllmctl rollback`, a start the engine refuses (the gate rolls it back), an
+    apply killed mid-rollout and finished by the next; after each, `apply --check` of the inventory that
+    matches what serves exits 0."""
     fleet: LabFleet = lab["fleet"]
     converge(lab)
-    hosts = fleet.hosts[:2]
+    hosts = fleet.hosts[2:]
     limit = ("--limit", ",".join(h.name for h in hosts))
     playbook = lab["dir"] / "gated.yml"
     playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
-    python = sh(fleet, hosts[0], f"sed -n 's/^ExecStart=\\([^ ]*\\) .*/\\1/p' {UNIT_PATH}").strip()
-    venv = python.rsplit("/bin/", 1)[0]
+    venv = venv_path(EngineSpec("vllm", STUB_VERSION))
+    python = f"{venv}/bin/python"
     for host in hosts:
         sh(fleet, host, f"sudo test ! -e {venv}")
         sh(
