@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult, Progress
+from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult
 from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
@@ -41,9 +41,9 @@ from vllmctl.releases.group import (
     serving_unchanged,
 )
 from vllmctl.releases.host import release_endpoints
-from vllmctl.releases.unit_exit import SHOW_PROPERTIES, exited_units, restart_count
+from vllmctl.releases.unit_exit import SHOW_PROPERTIES, restart_count
 from vllmctl.render.quoting import shell_word
-from vllmctl.runner.engine_watch import EngineExitedError, smoke_bench, wait_for_health
+from vllmctl.runner.engine_watch import smoke_bench, wait_for_health, watch_units
 from vllmctl.runner.group_nodes import (
     Connect,
     Nodes,
@@ -222,11 +222,7 @@ def check_engine(
     show = f"systemctl show -p {SHOW_PROPERTIES} -- {shell_word(engine_unit)}"
     before = restart_count(nodes.shell(head, show, sudo=False))
 
-    def watch(_progress: Progress) -> None:
-        exited = exited_units(nodes.shell(head, show, sudo=False), before)
-        if exited:
-            raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
-
+    watch = watch_units(nodes.remotes[head], [engine_unit], nodes.timeout_s, before)
     since = nodes.shell(head, "date +%s", sudo=False).strip()
     nodes.step(head, restart_step([engine_unit]))
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")

@@ -37,10 +37,17 @@ def wait_for_health(
         return HealthResult(False, time.monotonic() - started, 0, "health", exc.message)
 
 
-def watch_units(remote: Remote, units: list[str], timeout_s: float) -> Callable[[Progress], None]:
+def watch_units(
+    remote: Remote, units: list[str], timeout_s: float, restarts_before: int = 0
+) -> Callable[[Progress], None]:
+    """A health wait's progress hook that stops the wait once a unit has exited (releases/unit_exit.py);
+    `restarts_before` is the count systemd showed when the wait began."""
+
     def check(_progress: Progress) -> None:
         show = ("systemctl", "show", "-p", SHOW_PROPERTIES, "--", *units)
-        exited = exited_units(remote.execute(Command(argv=show), timeout_s).stdout)
+        exited = exited_units(
+            remote.execute(Command(argv=show, sudo=False), timeout_s).stdout, restarts_before
+        )
         if exited:
             raise EngineExitedError(f"the engine exited: {', '.join(exited)}")
 
