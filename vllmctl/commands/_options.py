@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from vllmctl.runner import DEFAULT_FORKS
+from vllmctl.runner import (
+    BOOKKEEPING_TIMEOUT_S,
+    CHANGE_TIMEOUT_S,
+    DEFAULT_FORKS,
+    READ_TIMEOUT_S,
+    bookkeeping_timeout_s,
+)
 
-__all__ = ["DEFAULT_FORKS"]
-# Reads (facts, status, history) answer in seconds; changes (apply, rollback) run package installs and model
-# copies as one command. Bookkeeping steps (release records, pointers, journal tails) never wait longer.
-READ_TIMEOUT_S = 60.0
-CHANGE_TIMEOUT_S = 600.0
-BOOKKEEPING_TIMEOUT_S = 120.0
+__all__ = ["BOOKKEEPING_TIMEOUT_S", "CHANGE_TIMEOUT_S", "DEFAULT_FORKS", "READ_TIMEOUT_S"]
 
 
 def add_limit(parser: argparse.ArgumentParser, *aliases: str) -> None:
@@ -39,7 +40,7 @@ def add_timeout(parser: argparse.ArgumentParser, changes_hosts: bool = False) ->
 
 
 def bookkeeping_timeout(args: argparse.Namespace) -> float:
-    return min(float(args.timeout), BOOKKEEPING_TIMEOUT_S)
+    return bookkeeping_timeout_s(args.timeout)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

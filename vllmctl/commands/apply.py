@@ -63,7 +63,6 @@ def request_from(args: argparse.Namespace) -> ApplyRequest:
         batch_size=args.batch_size,
         max_fail_percentage=args.max_fail_percentage,
         timeout=args.timeout,
-        bookkeeping_timeout=options.bookkeeping_timeout(args),
         host_timeout=args.host_timeout,
         no_gate=args.no_gate,
         keep_releases=args.keep_releases,

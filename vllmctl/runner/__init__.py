@@ -4,3 +4,14 @@
 # and no busy loops left, the controller's CPU per host is the same at any width, so only the number of
 # waves matters; 64 covers a 64-host fleet in one wave, where 16 took four (docs/executor.md, Performance).
 DEFAULT_FORKS = 64
+
+# The one timeout policy: `--timeout` bounds each remote command. Reads (facts, status, history) answer in
+# seconds; changes (apply, rollback) run package installs and model copies as one command. Bookkeeping steps
+# (release records, pointers, journal tails) never wait longer than BOOKKEEPING_TIMEOUT_S.
+READ_TIMEOUT_S = 60.0
+CHANGE_TIMEOUT_S = 600.0
+BOOKKEEPING_TIMEOUT_S = 120.0
+
+
+def bookkeeping_timeout_s(command_timeout_s: float) -> float:
+    return min(float(command_timeout_s), BOOKKEEPING_TIMEOUT_S)

@@ -22,7 +22,7 @@ from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
-from vllmctl.runner import DEFAULT_FORKS
+from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
@@ -63,13 +63,17 @@ class ApplyRequest:
     batch_size: int | None = None
     max_fail_percentage: float | None = None
     timeout: float = 600.0  # one remote command
-    bookkeeping_timeout: float = 120.0  # release records, pointers, journal tails
     host_timeout: float = 3600.0
     no_gate: bool = False
     keep_releases: int | None = None
     health_timeout: float | None = None
     break_lock: bool = False
     offline: bool = False
+
+    @property
+    def bookkeeping_timeout(self) -> float:
+        """Release records, pointers, journal tails: never longer than the policy's cap."""
+        return bookkeeping_timeout_s(self.timeout)
 
 
 @dataclass(frozen=True)
