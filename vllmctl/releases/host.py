@@ -138,8 +138,9 @@ def listing_command(root: str = RELEASES_DIR, pointers_root: str | None = None) 
     )
 
 
-def _json_or_none(text: str) -> Any:
-    text = text.strip()
+def json_or_none(text: str | None) -> Any:
+    """A JSON document read back from a host, or None when absent, empty or not JSON."""
+    text = (text or "").strip()
     if not text:
         return None
     try:
@@ -169,7 +170,7 @@ def parse_listing(
         name, _, complete = head.partition(" ")
         manifest_text, _, verdict_text = body.partition(f"{VERDICT_MARK}\n")
         manifest = _manifest_or_none(manifest_text, f"{host}:{release_dir(name, root)}", kind)
-        verdict = _json_or_none(verdict_text)
+        verdict = json_or_none(verdict_text)
         is_complete = complete.strip() == "yes" and manifest is not None
         releases.append(Release(name, is_complete, manifest, verdict if isinstance(verdict, dict) else None))
     return HostReleases(
@@ -181,7 +182,7 @@ def parse_listing(
 
 
 def _manifest_or_none(text: str, where: str, kind: type[Manifest]) -> Manifest | None:
-    if _json_or_none(text) is None:
+    if json_or_none(text) is None:
         return None
     try:
         return manifest_from_json(text, where, kind)

@@ -4,7 +4,6 @@ server over HTTP, scraped twice `interval_s` apart so rates and advice have evid
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.paths import RELEASES_DIR
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.releases.host import MANIFEST
+from vllmctl.releases.host import MANIFEST, json_or_none
 from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.cluster import group_states
 from vllmctl.runner.fleet import host_contexts, on_each_host
@@ -48,19 +47,12 @@ def scrape(client: httpx.Client, endpoint: Endpoint) -> Scrape:
     return Scrape(healthy, metrics)
 
 
-def _json_or_none(text: str | None) -> Any:
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
-
-
 def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[str, dict[str, Any]]:
     """Per host {"facts": units and release pointers, "manifest": the current release's} or {"error"}."""
 
     def one(remote: SshRemote) -> dict[str, Any]:
         facts = remote.gather({"units": (), "releases": ()}, timeout_s)
-        return {"facts": facts, "manifest": _json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
+        return {"facts": facts, "manifest": json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
 
     return on_each_host(contexts, one, forks=DEFAULT_FORKS)
 
