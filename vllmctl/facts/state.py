@@ -86,10 +86,15 @@ _UNIT_KEYS = {
 }
 
 
+def show_blocks(output: str) -> list[dict[str, str]]:
+    """`systemctl show -p ... UNIT...` output: one property dict per unit (blocks split by blank lines)."""
+    blocks = [block for block in output.strip().split("\n\n") if block.strip()]
+    return [dict(line.partition("=")[::2] for line in lines(block)) for block in blocks]
+
+
 def parse_units(output: str, exit_code: int) -> dict[str, dict[str, str]]:
     units: dict[str, dict[str, str]] = {}
-    for block in output.strip().split("\n\n"):
-        props = dict(line.partition("=")[::2] for line in lines(block))
+    for props in show_blocks(output):
         name = props.get("Id")
         if name:
             units[name] = {ours: props.get(theirs, "") for theirs, ours in _UNIT_KEYS.items()}

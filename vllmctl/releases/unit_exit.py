@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 
+from vllmctl.facts.state import show_blocks
+
 SHOW_PROPERTIES = "Id,ActiveState,SubState,NRestarts"
 
 
@@ -22,12 +24,6 @@ def unit_exit_reason(props: dict[str, str], restarts_before: int) -> str:
 
 
 UNIT_EXIT_SOURCE = inspect.getsource(unit_exit_reason)
-
-
-def show_blocks(show_output: str) -> list[dict[str, str]]:
-    """`systemctl show -p ... UNIT...` output: one property dict per unit (blocks split by blank lines)."""
-    blocks = [block for block in show_output.strip().split("\n\n") if block.strip()]
-    return [dict(line.partition("=")[::2] for line in block.splitlines()) for block in blocks]
 
 
 def restart_count(show_output: str) -> int:
