@@ -155,11 +155,14 @@ CORRECTIONS = Path(__file__).parent / "data" / "record_corrections.json"
 
 def corrected(record: dict[str, Any]) -> dict[str, Any]:
     """A record with the settings its own log shows but its fields miss (record_corrections.json: matched by
-    source and model, each with the log evidence in `why`); the correction is noted on the record."""
+    source and model, and by the fields in `match` when given, each with the log evidence in `why`); the
+    correction is noted on the record."""
     if not CORRECTIONS.exists():
         return record
     for fix in json.loads(CORRECTIONS.read_text()):
-        if fix["source"] == record.get("source") and fix["model"] == record.get("model"):
+        # `match` narrows a fix to one of several records of a source and model (e.g. one utilization).
+        narrowed = all(record.get(key) == value for key, value in fix.get("match", {}).items())
+        if fix["source"] == record.get("source") and fix["model"] == record.get("model") and narrowed:
             figures = {**(record.get("other_figures") or {}), **fix.get("other_figures", {})}
             if "exclude" in fix:  # reported, never scored: what no config-only planner can know
                 return {**record, "excluded": fix["exclude"]}
