@@ -9,6 +9,7 @@ semantic checks that follow treat imported and native settings alike.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from vllmctl.inventory.ansible_yaml import yaml_tree
 from vllmctl.inventory.origins import Origins
 from vllmctl.inventory.positions import FieldPath, SourceDoc, VaultValue
 from vllmctl.inventory.scan import scan_strings
-from vllmctl.inventory.schema import schema_problems, value_problems
+from vllmctl.inventory.schema import ansible_schema, schema_problems, value_problems
 from vllmctl.inventory.source import read_text, read_yaml
 from vllmctl.inventory.ssh_args import SshArgsProblem, jump_host
 
@@ -100,12 +101,30 @@ def read_ansible(file: str, doc: SourceDoc | None = None) -> AnsibleVariables:
                 [Problem(Location(file, 1, 1), "file is encrypted with Ansible Vault", VAULT_HINT)]
             )
         tree = ini_tree(file, text)
+        problems.extend(_name_problems(file, tree))
     reconcile(tree)
     files = VarsFiles(os.path.dirname(file))
     hosts = layered(tree, files)
     docs = [*(written[0] for written in tree.anchors.values()), *(d for d in files.docs.values() if d)]
     unique = list({id(found): found for found in ([doc] if doc is not None else []) + docs}.values())
     return AnsibleVariables(tree, hosts, unique, [*problems, *tree.problems, *files.problems])
+
+
+def _name_problems(file: str, tree: AnsibleTree) -> list[Problem]:
+    """INI names meet the rule YAML ones meet through ansible-schema.json: they become vllmctl names."""
+    rule = ansible_schema()["$defs"]["name"]
+    found = []
+    for kind, anchors, names in (
+        ("host", tree.anchors, list(tree.hosts)),
+        ("group", tree.group_anchors, list(tree.groups)),
+    ):
+        for name in names:
+            if not re.match(rule["pattern"], name):
+                doc, path = anchors.get(name) or (None, ())
+                where = doc.location(path, at_key=True) if doc else Location(file)
+                message = f"{kind} name '{name}' is not a name vllmctl accepts"
+                found.append(Problem(where, message, rule["x-message"]))
+    return found
 
 
 def _members(tree: AnsibleTree, name: str, trail: tuple[str, ...]) -> list[str]:

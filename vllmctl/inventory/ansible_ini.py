@@ -66,6 +66,7 @@ def ini_tree(file: str, text: str) -> AnsibleTree:
     when ansible-core is missing."""
     try:
         from ansible._internal._datatag._tags import Origin
+        from ansible._internal._display_utils import DeferredWarningContext
         from ansible.errors import AnsibleError
         from ansible.inventory.data import InventoryData
         from ansible.parsing.dataloader import DataLoader
@@ -83,6 +84,13 @@ def ini_tree(file: str, text: str) -> AnsibleTree:
         return str(add_host(host, group, port))
 
     data.add_host = add_noting_line
+    add_group = data.add_group
+
+    def add_group_noting_line(group: str) -> str:
+        first_lines.setdefault(f"[{group}]", plugin._origin.line_num)
+        return str(add_group(group))
+
+    data.add_group = add_group_noting_line
     parse_lines = plugin._parse
     failed_at: list[int] = []
 
@@ -95,7 +103,9 @@ def ini_tree(file: str, text: str) -> AnsibleTree:
 
     plugin._parse = parse_noting_failure
     try:
-        plugin.parse(data, DataLoader(), os.path.abspath(file), cache=False)
+        # Ansible's warnings (e.g. on '-' in group names, which vllmctl accepts) would print past the console
+        with DeferredWarningContext(variables={}):
+            plugin.parse(data, DataLoader(), os.path.abspath(file), cache=False)
     except AnsibleError as exc:
         cause = exc.__cause__
         message = str(getattr(cause, "message", None) or cause or exc.message)
@@ -130,6 +140,9 @@ def _tree(data: Any, located: _Located, first_lines: dict[str, int], origin: Any
         node.hosts = [host.name for host in group.hosts]
         node.children = [child.name for child in group.child_groups]
         scope = f"[{name}:vars]"
+        if f"[{name}]" in first_lines:
+            located.place((f"[{name}]",), first_lines[f"[{name}]"], name)
+            tree.group_anchors[name] = (located.doc, (f"[{name}]",))
         for key, value in group.vars.items():
             node.vars[str(key)] = located.variable(scope, str(key), _plain(value), _line(origin, key, value))
         if group.priority != 1:

@@ -33,11 +33,13 @@ class GroupNode:
 
 @dataclass
 class AnsibleTree:
-    """What an inventory file declares; `anchors` is where each host is first listed."""
+    """What an inventory file declares; `anchors` is where each host is first listed (`group_anchors`, each
+    group, where the reader knows it)."""
 
     groups: dict[str, GroupNode] = field(default_factory=lambda: {"all": GroupNode()})
     hosts: dict[str, Variables] = field(default_factory=dict)
     anchors: dict[str, tuple[SourceDoc, FieldPath]] = field(default_factory=dict)
+    group_anchors: dict[str, tuple[SourceDoc, FieldPath]] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
     def group(self, name: str) -> GroupNode:
