@@ -144,7 +144,10 @@ def _tree(data: Any, located: _Located, first_lines: dict[str, int], origin: Any
             located.place((f"[{name}]",), first_lines[f"[{name}]"], name)
             tree.group_anchors[name] = (located.doc, (f"[{name}]",))
         for key, value in group.vars.items():
-            node.vars[str(key)] = located.variable(scope, str(key), _plain(value), _line(origin, key, value))
+            if key not in MAGIC_VARS:  # a group named like a host gets that host's (Ansible's own quirk)
+                node.vars[str(key)] = located.variable(
+                    scope, str(key), _plain(value), _line(origin, key, value)
+                )
         if group.priority != 1:
             node.vars["ansible_group_priority"] = Written(group.priority, located.doc, (scope,))
     return tree
