@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 
 # flags that take no argument and change nothing about where or as whom vllmctl connects
 HARMLESS_FLAGS = {"-q", "-C", "-4", "-6", "-T", "-t", "-v", "-vv", "-vvv", "-A", "-a", "-x", "-N", "-n"}
@@ -15,10 +14,10 @@ SHAPES = (
 )
 
 
-@dataclass(frozen=True)
 class SshArgsProblem(Exception):
-    message: str
-    hint: str = SHAPES
+    def __init__(self, message: str, hint: str = SHAPES) -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
 
 
 def _words(text: str, what: str) -> list[str]:
