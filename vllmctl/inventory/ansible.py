@@ -40,7 +40,7 @@ ADDRESS_VARS = ("ansible_host", "ansible_ssh_host")
 USER_VARS = ("ansible_user", "ansible_ssh_user")
 PORT_VARS = ("ansible_port", "ansible_ssh_port")
 KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
-READ_VARS = {*ADDRESS_VARS, *USER_VARS, *PORT_VARS, *KEY_VARS, "ansible_become"}
+READ_VARS = {*ADDRESS_VARS, *USER_VARS, *PORT_VARS, *KEY_VARS, "ansible_become", "ansible_ssh_common_args"}
 
 
 def ignored_var(key: str) -> bool:
@@ -68,6 +68,7 @@ YAML_EXTENSIONS = (".yml", ".yaml", ".json")
 TRUE_WORDS = {"y", "yes", "on", "1", "true", "t"}  # Ansible's boolean(), as it reads ansible_become
 FALSE_WORDS = {"n", "no", "off", "0", "false", "f"}
 VAULT_PREFIX = "$ANSIBLE_VAULT"
+TEMPLATE_HINT = "vllmctl does not evaluate Ansible's templates: write the value itself"
 
 
 def ansible_format(path: str) -> str:
@@ -160,8 +161,8 @@ def _setting(key: str, written: Written) -> tuple[tuple[str, ...], Any]:
         return ("ssh", "port"), int(value) if number else value
     if key == "ansible_become":
         return ("ssh", "sudo"), _boolean(value)
-    if key == "ansible_ssh_common_args" and isinstance(value, str):
-        return ("ssh", "jump_host"), jump_host(value)
+    if key == "ansible_ssh_common_args":  # other types are the schema's to report
+        return ("ssh", "jump_host"), jump_host(value) if isinstance(value, str) else value
     if not key.startswith("ansible_"):
         return ("vars", key), value
     return (), None
@@ -177,6 +178,9 @@ def _host(
         where = written.doc.location(written.path)
         if _vault(written.value) and not ignored_var(key):
             problems.append(Problem(where, f"'{key}' is encrypted with Ansible Vault", VAULT_HINT))
+            continue
+        if isinstance(written.value, str) and "{{" in written.value and key in READ_VARS:
+            problems.append(Problem(where, f"'{key}' is a Jinja template", TEMPLATE_HINT))
             continue
         try:
             target, value = _setting(key, written)
@@ -212,15 +216,27 @@ def import_ansible(file: str, doc: SourceDoc | None = None) -> AnsibleImport:
     return result
 
 
-def load_ansible_file(file: str) -> tuple[SourceDoc | None, AnsibleImport]:
-    """An Ansible inventory named by path: YAML or INI as Ansible would pick (the YAML document, if any)."""
+def _yaml_like(text: str) -> bool:
+    """Whether the first line that says something is a YAML key or `---` (INI's is a section or a host)."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("#", ";")):
+            return stripped == "---" or re.match(r"^[\w.-]+\s*:(\s|$)", stripped) is not None
+    return False
+
+
+def yaml_document(file: str) -> SourceDoc | None:
+    """The file as YAML, or None when Ansible would read it as INI. A .yml/.yaml/.json file, or a file
+    without an extension whose text looks like YAML, must be YAML: its YAML problems are raised."""
     kind = ansible_format(file)
-    if kind != "ini":
-        try:
-            doc = read_yaml(file)
-        except InvalidInputError:
-            if kind == "yaml":
-                raise
-        else:
-            return doc, import_ansible(file, doc)
-    return None, import_ansible(file)
+    try:
+        return read_yaml(file)
+    except InvalidInputError:
+        if kind == "yaml" or (kind == "either" and _yaml_like(read_text(file))):
+            raise
+        return None
+
+
+def load_ansible_file(file: str, doc: SourceDoc | None) -> AnsibleImport:
+    """An Ansible inventory, given what yaml_document made of it: YAML, or INI as Ansible would pick."""
+    return import_ansible(file, doc if doc is not None and ansible_format(file) != "ini" else None)

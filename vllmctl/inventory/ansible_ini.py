@@ -76,29 +76,29 @@ def ini_tree(file: str, text: str) -> AnsibleTree:
     located = _Located(file, text.splitlines())
     data = InventoryData()
     plugin = inventory_loader.get("ini")
-    first_lines: dict[str, int] = {}
+    first_lines: dict[str, int | None] = {}
     add_host = data.add_host
 
     def add_noting_line(host: str, group: str | None = None, port: int | None = None) -> str:
-        first_lines.setdefault(str(host), plugin._origin.line_num)
+        first_lines.setdefault(str(host), _line_now(plugin))
         return str(add_host(host, group, port))
 
     data.add_host = add_noting_line
     add_group = data.add_group
 
     def add_group_noting_line(group: str) -> str:
-        first_lines.setdefault(f"[{group}]", plugin._origin.line_num)
+        first_lines.setdefault(f"[{group}]", _line_now(plugin))
         return str(add_group(group))
 
     data.add_group = add_group_noting_line
     parse_lines = plugin._parse
-    failed_at: list[int] = []
+    failed_at: list[int | None] = []
 
     def parse_noting_failure(lines: list[str]) -> None:
         try:
             parse_lines(lines)
         except Exception:
-            failed_at.append(plugin._origin.line_num)  # parse() forgets the line before it reports
+            failed_at.append(_line_now(plugin))  # parse() forgets the line before it reports
             raise
 
     plugin._parse = parse_noting_failure
@@ -116,6 +116,12 @@ def ini_tree(file: str, text: str) -> AnsibleTree:
     return _tree(data, located, first_lines, Origin)
 
 
+def _line_now(plugin: Any) -> int | None:
+    """The line the ini plugin is reading (it keeps it in its private `_origin`; None if that changes)."""
+    line = getattr(getattr(plugin, "_origin", None), "line_num", None)
+    return line if isinstance(line, int) else None
+
+
 def _line(origin: Any, *values: Any) -> int | None:
     for value in values:
         found = origin.get_tag(value)
@@ -124,7 +130,7 @@ def _line(origin: Any, *values: Any) -> int | None:
     return None
 
 
-def _tree(data: Any, located: _Located, first_lines: dict[str, int], origin: Any) -> AnsibleTree:
+def _tree(data: Any, located: _Located, first_lines: dict[str, int | None], origin: Any) -> AnsibleTree:
     tree = AnsibleTree()
     for name, host in data.hosts.items():
         line = first_lines.get(name)

@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from vllmctl.errors import InvalidInputError, Location, Problem
-from vllmctl.inventory.ansible import AnsibleImport, ansible_format, load_ansible_file, looks_like_ansible
+from vllmctl.inventory.ansible import AnsibleImport, load_ansible_file, looks_like_ansible, yaml_document
 from vllmctl.inventory.checks import run_checks
 from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
@@ -29,7 +29,6 @@ from vllmctl.inventory.positions import SourceDoc, escape_text
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
-from vllmctl.inventory.source import read_yaml
 from vllmctl.inventory.values import bare_address
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
         )
         return AnsibleImport()
     try:
-        _, imported = load_ansible_file(target)
+        imported = load_ansible_file(target, yaml_document(target))
     except InvalidInputError as exc:
         problems.extend(exc.problems)
         return AnsibleImport()
@@ -184,25 +183,11 @@ def load_inventory(path: str | os.PathLike[str], files: ControllerFiles | None =
         raise InvalidInputError([_escaped(problem) for problem in exc.problems]) from None
 
 
-def _vllmctl_document(file: str) -> SourceDoc | None:
-    """The file as a vllmctl inventory, or None when it is an Ansible inventory (YAML without vllmctl's
-    keys, or INI: any file Ansible would not read as YAML that is not a YAML mapping)."""
-    if ansible_format(file) == "yaml":
-        doc = read_yaml(file)
-        return None if looks_like_ansible(doc.data) else doc
-    try:
-        doc = read_yaml(file)
-    except InvalidInputError:
-        return None
-    return None if looks_like_ansible(doc.data) else doc
-
-
 def _load(path: str | os.PathLike[str], files: ControllerFiles | None) -> Inventory:
     file = os.fspath(path)
-    doc = _vllmctl_document(file)
-    if doc is None:
-        _, imported = load_ansible_file(file)
-        return _load_ansible_only(file, imported, files)
+    doc = yaml_document(file)
+    if doc is None or looks_like_ansible(doc.data):
+        return _load_ansible_only(file, load_ansible_file(file, doc), files)
     problems = [*doc.problems, *schema_problems(doc)]
     problems.extend(scan_strings(doc))
     imported = _read_ansible(doc, problems)

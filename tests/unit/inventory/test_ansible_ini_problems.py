@@ -143,6 +143,23 @@ def test_a_bastion_in_ssh_common_args_meets_the_jump_host_checks(workdir: Path) 
     assert len(found) == 3  # gpu04's bastion is fine
 
 
+def test_a_template_in_a_connection_variable_is_refused_not_evaluated(workdir: Path) -> None:
+    ini = "[gpus]\ngpu01 ansible_host='{{ inventory_hostname }}.example' rack='{{ zone }}-1'\n"
+    assert refused(workdir, ini) == [
+        "hosts.ini:2:20: gpu01.ansible_host: 'ansible_host' is a Jinja template\n"
+        "  hint: vllmctl does not evaluate Ansible's templates: write the value itself"
+    ]  # a free variable keeps its template text, as ansible-inventory --list shows it
+
+
+def test_a_file_without_extension_is_yaml_when_it_reads_like_yaml(workdir: Path) -> None:
+    (workdir / "inventory").write_text("vllmctl: 1\nhosts: [a\n")
+    with pytest.raises(InvalidInputError) as caught:
+        load_inventory("inventory")
+    assert caught.value.problems[0].render().startswith("inventory:3:1: invalid YAML")
+    (workdir / "inventory").write_text("# DeepOps names its INI inventory like this\n[gpus]\ngpu01 a=1\n")
+    assert load_inventory("inventory").hosts["gpu01"].vars == {"a": 1}
+
+
 def test_ini_names_meet_the_name_rule(workdir: Path) -> None:
     assert refused(workdir, "[gpus]\ngpu01\n[bad!group]\ngpu01\n")[0] == (
         "hosts.ini:3:2: [bad!group]: group name 'bad!group' is not a name vllmctl accepts\n"
