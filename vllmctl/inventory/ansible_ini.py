@@ -5,6 +5,7 @@ located at its line. The only module that imports ansible."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from vllmctl.errors import InvalidInputError, Location, Problem
@@ -30,13 +31,18 @@ class _Located:
         self.doc = SourceDoc(file, {})
 
     def place(self, path: FieldPath, line: int | None, key: str | None = None) -> None:
+        """Mark `path` at its line: at `key=` (the value just after `=`), else at the key or name itself,
+        else at the line's first character."""
         text = self.lines[line - 1] if line and line <= len(self.lines) else ""
-        found = text.find(f"{key}=") if key else -1
-        found = found if found >= 0 else (text.find(key) if key else len(text) - len(text.lstrip()))
-        column = max(found, 0) + 1
-        self.doc.keys[path] = Mark(line or 1, column)
-        value_column = column + len(key) + 1 if key is not None and found >= 0 else column
-        self.doc.values[path] = Mark(line or 1, value_column)
+        indent = len(text) - len(text.lstrip())
+        key_at = value_at = indent
+        if key:
+            assigned = re.search(rf"(?<![\w.-]){re.escape(key)}\s*=\s*", text)
+            named = text.find(key)
+            key_at = assigned.start() if assigned else named if named >= 0 else indent
+            value_at = assigned.end() if assigned else key_at
+        self.doc.keys[path] = Mark(line or 1, key_at + 1)
+        self.doc.values[path] = Mark(line or 1, value_at + 1)
 
     def variable(self, scope: str, key: str, value: Any, line: int | None) -> Written:
         self.doc.data.setdefault(scope, {})[key] = value
