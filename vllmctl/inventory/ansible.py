@@ -150,12 +150,14 @@ def _vault(value: Any) -> bool:
 def _setting(key: str, written: Written) -> tuple[tuple[str, ...], Any]:
     """The native setting an Ansible variable becomes, and its value; () for one vllmctl does not read."""
     value = written.value
+    # INI types `ansible_host=10` as a number; Ansible turns such values back into text where it uses them
+    text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
     if key in ADDRESS_VARS:
-        return ("address",), value
+        return ("address",), text
     if key in USER_VARS:
-        return ("ssh", "user"), value
+        return ("ssh", "user"), text
     if key in KEY_VARS:
-        return ("ssh", "identity_file"), value
+        return ("ssh", "identity_file"), text
     if key in PORT_VARS:  # Ansible takes the port as text too
         number = value.isascii() and value.isdigit() if isinstance(value, str) else False
         return ("ssh", "port"), int(value) if number else value

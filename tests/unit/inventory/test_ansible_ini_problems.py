@@ -9,9 +9,12 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vllmctl.errors import InvalidInputError
 from vllmctl.inventory import load_inventory
+from vllmctl.inventory.ansible import read_ansible
 
 pytestmark = pytest.mark.skipif(find_spec("ansible") is None, reason="needs ansible-core (vllmctl[ansible])")
 
@@ -179,3 +182,31 @@ def test_without_ansible_core_the_hint_names_the_extra(
         "  hint: install the extra that reads them: pip install 'vllmctl[ansible]' "
         "(ansible-core 2.19 or later)"
     ]
+
+
+hostile = st.text(alphabet="ab1.:-_;$`() [@]%", min_size=1, max_size=12)
+
+
+def verdict(workdir: Path, name: str, text: str) -> list[str]:
+    (workdir / name).write_text(text)
+    try:
+        load_inventory(name)
+    except InvalidInputError as exc:
+        return [f"{p.message} | {p.hint}" for p in exc.problems]
+    return []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(address=hostile, user=hostile)
+def test_an_ini_value_gets_the_verdict_a_native_one_gets(workdir: Path, address: str, user: str) -> None:
+    """Whatever INI makes of a value (ansible-core's parser decides), that value gets the native verdict."""
+    ini = f"[gpus]\ng1 ansible_host='{address}' ansible_user='{user}'\n"
+    (workdir / "hosts.ini").write_text(ini)
+    try:
+        read = read_ansible("hosts.ini")
+    except InvalidInputError:
+        return  # not a host line Ansible reads; reported at its line (test above)
+    seen = {key: str(found.value) for key, found in read.hosts["g1"].items()}
+    as_address, as_user = (seen[key].replace("'", "''") for key in ("ansible_host", "ansible_user"))
+    native = f"vllmctl: 1\nhosts:\n  g1: {{address: '{as_address}', ssh: {{user: '{as_user}'}}}}\n"
+    assert verdict(workdir, "hosts.ini", ini) == verdict(workdir, "inv.yml", native)
