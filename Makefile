@@ -7,7 +7,7 @@ MOLECULE_VENV ?= /var/cache/vllmctl/molecule-venv
 .PHONY: install lint typecheck unit test molecule demo demo-down bench clean
 
 install:
-	$(PYTHON) -m pip install -q -e '.[dev,lab,hub]'
+	$(PYTHON) -m pip install -q -e '.[dev,lab,hub,ansible]'
 
 lint:
 	$(PYTHON) -m ruff check vllmctl tests benchmarks

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from vllmctl.engine_flags import KNOWN_FLAGS, FlagSpec, flag_name
+from vllmctl.inventory.ansible_docs import ANSIBLE
 from vllmctl.inventory.env_names import (
     LOADS_CODE,
     LOADS_CODE_PREFIXES,
@@ -119,26 +120,6 @@ exists (the hint gives the `ssh-keyscan` line) and nobody else can write it; eac
 is not world-readable; and a local model folder or `engine_wheelhouse` that exists here does not resolve
 into a system directory, and neither it nor a folder above it can be changed by other users (a sticky
 folder such as `/tmp` protects only entries owned by you or root).
-
-## Ansible inventories
-
-Teams that already keep hosts in an Ansible YAML inventory can reuse it in two ways:
-
-- `ansible_inventory: hosts.yml` in a vllmctl inventory (relative to that file) imports its hosts and
-  groups. `ansible_host`/`ansible_ssh_host` become `address`, `ansible_user`/`ansible_ssh_user` become
-  `ssh.user`, `ansible_port`/`ansible_ssh_port` become `ssh.port`,
-  `ansible_ssh_private_key_file`/`ansible_private_key_file` become `ssh.identity_file`, and
-  `ansible_become` becomes `ssh.sudo`. Other `ansible_*` variables and Ansible Vault (`!vault`) values
-  are ignored (vllmctl never decrypts Vault; its own secrets go under `secrets:`); all remaining variables
-  become the host's `vars` (group vars first, closer groups win, host vars last). Ansible groups become
-  vllmctl groups with their children's hosts included (`all` and `ungrouped` are not groups).
-  Imported hosts start from `defaults`; a host of the same name under `hosts:` is layered on top (e.g.
-  to add `gpus`). A group under `groups:` may list Ansible groups, but may not reuse an Ansible group's
-  name.
-- A file with none of the top-level keys below is read as an Ansible inventory on its own: it has hosts
-  and groups but no models, which is enough for `vllmctl facts`.
-
-Only YAML Ansible inventories are read; convert INI ones with `ansible-inventory -i FILE --list -y`.
 """
 
 SECTIONS = [
@@ -280,7 +261,7 @@ def _reserved_names() -> list[str]:
 def render_reference() -> str:
     """The whole of docs/inventory.md, generated from the shipped schema."""
     schema = inventory_schema()
-    out = [INTRO.rstrip(), ""]
+    out = [INTRO.rstrip(), "", ANSIBLE.rstrip(), ""]
     for title, ref in SECTIONS:
         node = schema if ref is None else _resolve(schema, ref)
         out += [f"## {title}", "", node.get("description", ""), "", *_table(schema, node), ""]

@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from vllmctl.errors import InvalidInputError, Location, Problem
-from vllmctl.inventory.ansible import AnsibleImport, ignored_var, import_ansible, looks_like_ansible
+from vllmctl.inventory.ansible import AnsibleImport, load_ansible_file, looks_like_ansible, yaml_document
 from vllmctl.inventory.checks import run_checks
 from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
@@ -29,7 +29,6 @@ from vllmctl.inventory.positions import SourceDoc, escape_text
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
-from vllmctl.inventory.source import read_yaml
 from vllmctl.inventory.values import bare_address
 
 if TYPE_CHECKING:
@@ -51,14 +50,11 @@ def _read_ansible(doc: SourceDoc, problems: list[Problem]) -> AnsibleImport:
         )
         return AnsibleImport()
     try:
-        ansible_doc = read_yaml(target)
+        imported = load_ansible_file(target, yaml_document(target))
     except InvalidInputError as exc:
         problems.extend(exc.problems)
         return AnsibleImport()
-    imported = import_ansible(ansible_doc)
-    problems.extend(ansible_doc.problems)
     problems.extend(imported.problems)
-    problems.extend(scan_strings(ansible_doc, ignored_var, vault_ok=True))
     return imported
 
 
@@ -157,17 +153,16 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
     )
 
 
-def _load_ansible_only(doc: SourceDoc, files: ControllerFiles | None) -> Inventory:
-    imported = import_ansible(doc)
-    problems = [*doc.problems, *imported.problems, *scan_strings(doc, ignored_var, vault_ok=True)]
+def _load_ansible_only(file: str, imported: AnsibleImport, files: ControllerFiles | None) -> Inventory:
+    problems = list(imported.problems)
     # the same host checks a vllmctl inventory's hosts get, with no vllmctl settings around them
-    checker = Checker(SourceDoc(doc.file, {"hosts": None}), imported, files)
+    checker = Checker(SourceDoc(file, {"hosts": None}), imported, files)
     resolved = run_checks(checker)
     problems.extend(checker.problems)
     if problems:
         raise InvalidInputError(problems)
     hosts = {name: _host(name, merged) for name, merged in resolved.hosts.items()}
-    return Inventory(path=doc.file, hosts=hosts, groups=dict(resolved.groups), models={})
+    return Inventory(path=file, hosts=hosts, groups=dict(resolved.groups), models={})
 
 
 def _escaped(problem: Problem) -> Problem:
@@ -189,9 +184,10 @@ def load_inventory(path: str | os.PathLike[str], files: ControllerFiles | None =
 
 
 def _load(path: str | os.PathLike[str], files: ControllerFiles | None) -> Inventory:
-    doc = read_yaml(path)
-    if looks_like_ansible(doc.data):
-        return _load_ansible_only(doc, files)
+    file = os.fspath(path)
+    doc = yaml_document(file)
+    if doc is None or looks_like_ansible(doc.data):
+        return _load_ansible_only(file, load_ansible_file(file, doc), files)
     problems = [*doc.problems, *schema_problems(doc)]
     problems.extend(scan_strings(doc))
     imported = _read_ansible(doc, problems)

@@ -178,7 +178,8 @@ def _fail(
     raise InvalidInputError([Problem(Location(file, line, column), message, hint)])
 
 
-def _read_text(file: str) -> str:
+def read_text(file: str) -> str:
+    """The file as text, refused when missing, binary, not UTF-8, too large or empty."""
     try:
         with open(file, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
@@ -217,7 +218,9 @@ def _compose(file: str, text: str) -> tuple[yaml.Node | None, dict[AliasKey, tup
         message = f"invalid YAML: {exc.problem or exc.context}"
         hint = "check indentation and quoting around this spot"
         if text.lstrip().startswith("[") and "=" in text:
-            hint = "Ansible INI inventories are not read; convert with `ansible-inventory -i FILE --list -y`"
+            hint = (
+                "an Ansible INI inventory is read from a file not named .yml, .yaml or .json (e.g. hosts.ini)"
+            )
         _fail(file, message, hint, *(_position(mark)))
     except yaml.YAMLError as exc:
         _fail(file, f"invalid YAML: {exc}", "check the file's syntax")
@@ -240,7 +243,7 @@ def read_yaml(path: str | os.PathLike[str]) -> SourceDoc:
     Problems that leave usable data (a duplicate key: the first one is kept) are in `doc.problems`.
     """
     file = os.fspath(path)
-    root, alias_uses = _compose(file, _read_text(file))
+    root, alias_uses = _compose(file, read_text(file))
     if root is None:
         _fail(file, "file is empty", "an inventory needs at least `vllmctl: 1` and `hosts:`")
     doc = SourceDoc(file, None)

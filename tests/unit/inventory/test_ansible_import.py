@@ -108,19 +108,30 @@ def test_missing_ansible_file_points_at_the_key(problems: Problems) -> None:
     ]
 
 
-def test_vault_values_and_unread_ansible_variables_are_left_alone(workdir: Path) -> None:
+def test_unread_ansible_variables_are_left_alone_and_vault_values_are_refused(
+    workdir: Path, problems: Problems
+) -> None:
     (workdir / "hosts.yml").write_text(
         "all:\n"
         "  vars:\n"
         "    ansible_become_password: plain-text-password\n"
-        "    db_password: !vault |\n"
+        "    ansible_password: !vault |\n"
         "      $ANSIBLE_VAULT;1.1;AES256\n"
         "      6238373035\n"
         "  hosts:\n"
         "    g1: {ansible_host: 10.0.0.1, rack: r1}\n"
     )
-    inventory = load_inventory("hosts.yml")
-    assert inventory.hosts["g1"].vars == {"rack": "r1"}
+    assert load_inventory("hosts.yml").hosts["g1"].vars == {"rack": "r1"}
+    found = problems(
+        "all:\n  vars:\n    db_password: !vault |\n      $ANSIBLE_VAULT;1.1;AES256\n      6238\n"
+        "  hosts: {g1: {}}\n",
+        name="hosts.yml",
+    )
+    assert found == [
+        "hosts.yml:3:18: all.vars.db_password: 'db_password' is encrypted with Ansible Vault\n"
+        "  hint: vllmctl never decrypts Ansible Vault: give vllmctl its secrets under `secrets:` ({env} or "
+        "{file}), or keep encrypted variables out of the files vllmctl reads"
+    ]
 
 
 def test_vault_value_in_a_vllmctl_inventory_is_refused(problems: Problems) -> None:

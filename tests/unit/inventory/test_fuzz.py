@@ -132,3 +132,27 @@ def test_cli_on_mutations_has_no_traceback(
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "internal error" not in captured.err
     assert captured.err.startswith("error: ")
+
+
+INI_SEED = (ROOT / "tests" / "fixtures" / "ansible" / "deepops" / "inventory").read_text(encoding="utf-8")
+INI_PIECES = ["[", "]", ":children", ":vars", "=", "'", '"', "[01:x]", "[a:c]", ":99999", "$ANSIBLE_VAULT",
+              "-o ProxyCommand=", "\t", "#", ";", "\n", "\x00", "é", "{", "}", "gpu[1:", " "]  # fmt: skip
+
+
+@FUZZ
+@given(
+    cuts=st.lists(
+        st.tuples(st.integers(0, len(INI_SEED)), st.integers(0, 12), st.sampled_from(INI_PIECES)), max_size=4
+    )
+)
+def test_a_mutated_ini_inventory_gives_an_inventory_or_input_errors(workdir: Path, cuts: list[Any]) -> None:
+    """Ansible's own parser, then vllmctl's mapping and checks: never a traceback, whatever the INI says."""
+    pytest.importorskip("ansible")
+    text = INI_SEED
+    for start, length, piece in cuts:
+        text = text[:start] + piece + text[start + length :]
+    (workdir / "hosts.ini").write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        assert isinstance(load_inventory("hosts.ini"), Inventory)
+    except InvalidInputError as exc:
+        assert exc.problems and all(problem.location.file == "hosts.ini" for problem in exc.problems)

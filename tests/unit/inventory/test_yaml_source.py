@@ -64,10 +64,10 @@ def test_invalid_yaml_gives_pyyaml_position(workdir: Path) -> None:
     )
 
 
-def test_ini_ansible_inventory_gets_conversion_hint(workdir: Path) -> None:
-    (workdir / "hosts").write_text("[gpu]\ngpu-01 ansible_host=10.0.0.1\n")
-    assert only_problem("hosts").endswith(
-        "hint: Ansible INI inventories are not read; convert with `ansible-inventory -i FILE --list -y`"
+def test_ini_text_in_a_yml_file_gets_a_hint_to_name_it_as_ini(workdir: Path) -> None:
+    (workdir / "hosts.yml").write_text("[gpu]\ngpu-01 ansible_host=10.0.0.1\n")
+    assert only_problem("hosts.yml").endswith(
+        "hint: an Ansible INI inventory is read from a file not named .yml, .yaml or .json (e.g. hosts.ini)"
     )
 
 
