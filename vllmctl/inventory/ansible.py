@@ -95,6 +95,7 @@ def read_ansible(file: str, doc: SourceDoc | None = None) -> AnsibleVariables:
     if doc is not None:
         problems.extend(schema_problems(doc, "ansible-schema.json"))
         tree = yaml_tree(doc)
+        problems.extend(_name_problems(file, tree))
     else:
         text = read_text(file)
         if text.startswith(VAULT_PREFIX):
@@ -112,7 +113,8 @@ def read_ansible(file: str, doc: SourceDoc | None = None) -> AnsibleVariables:
 
 
 def _name_problems(file: str, tree: AnsibleTree) -> list[Problem]:
-    """INI names meet the rule YAML ones meet through ansible-schema.json: they become vllmctl names."""
+    """Host and group names (INI ones, and YAML hosts expanded from a range) meet the rule ansible-schema.json
+    holds YAML names to: they become vllmctl names."""
     rule = ansible_schema()["$defs"]["name"]
     found = []
     for kind, anchors, names in (

@@ -53,5 +53,6 @@ a ProxyCommand other than `ssh -W %h:%p` and options that take other arguments (
 refused. The bastion is reached with the host's key and, when the command names no user, the host's user.
 vllmctl never decrypts Ansible Vault: a Vault-encrypted file (`$ANSIBLE_VAULT;...`) or value (`!vault`, or
 an INI value starting `$ANSIBLE_VAULT`) that vllmctl would read is refused with its location; vllmctl's own
-secrets go under `secrets:`. YAML inventories may not use host ranges (write the hosts out, or use INI).
+secrets go under `secrets:`. Host ranges in INI and YAML inventories are expanded by ansible-core
+(`vllmctl[ansible]`), exactly as Ansible expands them; a range it refuses is reported at its key.
 """

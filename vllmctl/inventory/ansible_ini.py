@@ -1,6 +1,7 @@
 """Reads an Ansible INI inventory with ansible-core's own `ini` plugin (the optional extra vllmctl[ansible]):
 sections, `:children`, `:vars`, host ranges and value types exactly as Ansible reads them, each variable
-located at its line. The only module that imports ansible."""
+located at its line; host ranges in YAML inventories expanded the same way. The only module that imports
+ansible."""
 
 from __future__ import annotations
 
@@ -16,6 +17,22 @@ INSTALL_HINT = (
     "install the extra that reads them: pip install 'vllmctl[ansible]' (ansible-core 2.19 or later)"
 )
 MAGIC_VARS = {"inventory_file", "inventory_dir"}  # set by Ansible itself; ansible-inventory leaves them out
+
+
+RANGE = re.compile(r"\[[^\]]*:[^\]]*\]")
+
+
+def expand_host_range(pattern: str) -> list[str] | None:
+    """`gpu[01:16]` as Ansible expands it (ansible.plugins.inventory); None when ansible-core is missing."""
+    try:
+        from ansible.errors import AnsibleError
+        from ansible.plugins.inventory import expand_hostname_range
+    except ImportError:
+        return None
+    try:
+        return list(expand_hostname_range(pattern))
+    except (AnsibleError, ValueError):
+        return []
 
 
 def _fail(file: str, message: str, hint: str, line: int | None = None) -> InvalidInputError:

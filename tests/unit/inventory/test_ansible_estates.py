@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from vllmctl.inventory import load_inventory
+from vllmctl.inventory import ansible_yaml, load_inventory
 from vllmctl.inventory.ansible import read_ansible
 from vllmctl.inventory.source import read_yaml
 
@@ -196,3 +196,60 @@ def test_validate_and_the_imported_inventory_reference_read_ini_too(tmp_path: Pa
         f"{source}: ok (8 hosts, 7 groups, 0 models)\n",
         "",
     )
+
+
+# Host ranges in YAML inventories: expanded as Ansible expands them, located where Ansible refuses them.
+RANGES = """\
+all:
+  children:
+    gpus:
+      hosts:
+        gpu[01:03]:
+          ansible_user: ops
+        rack-[a:c].example:
+        node[0:10:5]:
+        solo.example:
+      vars:
+        ansible_port: 2222
+"""
+
+
+@needs_ansible
+def test_yaml_ranges_expand_as_ansible_inventory_does(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(RANGES)
+    mine, reference = ours(inventory), theirs(inventory, tmp_path)
+    assert sorted(mine["hostvars"]) == sorted(reference["hostvars"])
+    assert {"gpu02", "rack-b.example", "node5"} <= set(mine["hostvars"])
+    assert mine["groups"] == reference["groups"]
+    assert mine["hostvars"] == reference["hostvars"]
+
+
+@needs_ansible
+def test_a_range_ansible_refuses_is_located_at_its_key(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    ok1:\n    gpu[9:1]:\n")
+    read = read_ansible(str(inventory), read_yaml(inventory))
+    [problem] = read.problems
+    assert (problem.location.line, problem.location.column) == (4, 5)
+    assert "gpu[9:1]" in problem.message and "prefix[START:END]" in problem.hint
+    assert "ok1" in read.hosts
+
+
+def test_without_ansible_core_a_range_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ansible_yaml, "expand_host_range", lambda pattern: None)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    gpu[01:02]:\n")
+    read = read_ansible(str(inventory), read_yaml(inventory))
+    [problem] = read.problems
+    assert problem.location.line == 3 and "vllmctl[ansible]" in problem.hint
+
+
+def test_an_expanded_name_meets_the_name_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ansible_yaml, "expand_host_range", lambda pattern: ["ok", "bad:name"])
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    x[1:2]:\n")
+    read = read_ansible(str(inventory), read_yaml(inventory))
+    assert [p.message for p in read.problems] == ["host name 'bad:name' is not a name vllmctl accepts"]
