@@ -12,18 +12,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vllmctl.catalog.adapters import AdapterConfig, load_adapter_config
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.inventory.model import Inventory, runs_on_cpu
+from vllmctl.inventory.model import Inventory, ModelDeployment, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
+from vllmctl.planner.lora import choose_lora
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
 from vllmctl.runner.staging import local_models
+from vllmctl.tasks.adapters import staged_sources
 from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, api_key_secret
 from vllmctl.transport import SshTransport
 
@@ -88,7 +91,8 @@ def host_contexts(
     the hosts will receive; read-only commands pass False and never hash a model folder."""
     local: dict[str, list[dict[str, Any]] | None] = {}
     if stage_models:
-        sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        served = [m for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        sources = [s for m in served for s in (m.source, *staged_sources(m))]
         sources += [
             str(inventory.hosts[n].vars["engine_wheelhouse"])
             for n in hosts
@@ -262,6 +266,34 @@ def deployment_plans(
         args = cpu.engine_args(given)
         if host in hosts and args != given:  # no decision of its own: the unit stays as the inventory says
             plans.setdefault(host, {})[name] = ModelPlan(args, (Replica(0, cpu.port),))
+    return with_lora_choice(inv, hosts, plans, online)
+
+
+def adapter_configs(model: ModelDeployment, online: bool) -> list[AdapterConfig | None]:
+    """Each adapter's config; None where it cannot be read here (vLLM's default rank is then assumed)."""
+    found: list[AdapterConfig | None] = []
+    for adapter in model.adapters:
+        try:
+            found.append(load_adapter_config(adapter.source, adapter.revision, online=online))
+        except InputError:
+            found.append(None)
+    return found
+
+
+def with_lora_choice(
+    inv: Inventory, hosts: list[str], plans: dict[str, dict[str, ModelPlan]], online: bool
+) -> dict[str, dict[str, ModelPlan]]:
+    """`plans` with max_loras and max_lora_rank chosen from each model's adapters where not given."""
+    for model in inv.models.values():
+        if not model.adapters:
+            continue
+        choice = choose_lora(adapter_configs(model, online))
+        for host in (h for h in model.hosts if h in hosts):
+            plan = plans.get(host, {}).get(model.name) or ModelPlan(
+                dict(model.engine_args), (Replica(0, model.port),)
+            )
+            args = {**plan.engine_args, **choice.engine_args(plan.engine_args)}
+            plans.setdefault(host, {})[model.name] = ModelPlan(args, plan.replicas)
     return plans
 
 
