@@ -4,10 +4,12 @@ slots from, read from a local adapter folder or the hub's cache (fetched when on
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllmctl.errors import InputError
+from vllmctl.inventory.model import ModelDeployment
 
 CONFIG_FILE = "adapter_config.json"
 
@@ -51,6 +53,22 @@ def _hub_file(repo_id: str, revision: str | None, online: bool) -> Path:
             f"cannot read {CONFIG_FILE} of adapter {repo_id!r} ({type(exc).__name__})",
             "check the id and revision, set HF_TOKEN for gated adapters, or set max_lora_rank in engine_args",
         ) from exc
+
+
+AdapterConfigs = Mapping[str, AdapterConfig]
+
+
+def load_adapter_configs(models: Iterable[ModelDeployment], online: bool) -> dict[str, AdapterConfig]:
+    """Every declared adapter's config by source, where it can be read here (the others are left out: the
+    planner then assumes vLLM's default rank)."""
+    found: dict[str, AdapterConfig] = {}
+    for adapter in (a for m in models for a in m.adapters):
+        if adapter.source not in found:
+            try:
+                found[adapter.source] = load_adapter_config(adapter.source, adapter.revision, online)
+            except InputError:
+                continue
+    return found
 
 
 def load_adapter_config(source: str, revision: str | None = None, online: bool = True) -> AdapterConfig:

@@ -1,5 +1,5 @@
-"""LoRA for one deployment, pure: max_loras and max_lora_rank chosen from the declared adapters' configs, and
-the GPU memory vLLM reserves for the adapter slots (vllm/lora/models.py, LoRAModelManager)."""
+"""LoRA and speculative decoding for one vLLM deployment, pure: max_loras and max_lora_rank chosen from the
+declared adapters (with a reason each), and the settings vLLM resolves from the engine args."""
 
 from __future__ import annotations
 
@@ -8,9 +8,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.catalog.adapters import AdapterConfig
-from vllmctl.catalog.arch import ModelArch
+from vllmctl.inventory.model import SpeculativeSpec
+from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
+from vllmctl.planner.types import Decision, DeploymentRequest, LoraRequest
 
-# vllm/config/lora.py:98 (LoRAConfig.__post_init__): the only ranks vLLM accepts for max_lora_rank
+# The speculative settings passed through to vLLM's SpeculativeConfig under their own names.
+_SPECULATIVE_KEYS = (
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+)
+# vllm/config/lora.py:104-109 (LoRAConfig.__post_init__): the only values max_lora_rank may take
 SUPPORTED_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 DEFAULT_MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank
 DEFAULT_MAX_LORAS = 1  # LoRAConfig.max_loras
@@ -28,53 +37,81 @@ class LoraChoice:
         return {k: v for k, v in chosen.items() if k not in given}
 
 
+def lora_request(configs: Sequence[AdapterConfig | None]) -> LoraRequest:
+    """The declared adapters as the planner sizes them; one whose config is unknown counts at vLLM's default
+    rank and as targeting every module."""
+    ranks = tuple(c.rank if c is not None else DEFAULT_MAX_LORA_RANK for c in configs)
+    known = all(c is not None and c.target_modules for c in configs)
+    targets = sorted({t for c in configs if c is not None for t in c.target_modules}) if known else []
+    return LoraRequest(ranks, tuple(targets))
+
+
 def smallest_supported_rank(rank: int) -> int | None:
     return next((r for r in SUPPORTED_RANKS if r >= rank), None)
 
 
-def choose_lora(configs: Sequence[AdapterConfig | None]) -> LoraChoice:
-    """One slot per declared adapter (all can serve in one batch), the rank the largest adapter needs.
-    An adapter whose config could not be read counts at vLLM's default rank."""
-    ranks = [c.rank if c is not None else DEFAULT_MAX_LORA_RANK for c in configs]
+def choose_lora(ranks: Sequence[int]) -> LoraChoice:
+    """One GPU slot per declared adapter, so all serve in the same batch, at the smallest rank vLLM accepts
+    that holds the largest adapter (a larger rank wastes slot memory and kernel work on zero padding)."""
     largest = max(ranks, default=DEFAULT_MAX_LORA_RANK)
-    rank = smallest_supported_rank(largest) or largest  # an unsupported rank is refused by the rules
-    count = max(len(configs), DEFAULT_MAX_LORAS)
+    rank = smallest_supported_rank(largest) or largest  # none holds it: the rank rule refuses the plan
+    count = max(len(ranks), DEFAULT_MAX_LORAS)
     reasons = {
-        "max_loras": f"{count} declared adapter(s), each with a GPU slot so all serve in the same batch",
+        "max_loras": f"{count} declared adapter(s), one GPU slot each so all serve in the same batch",
         "max_lora_rank": f"the largest adapter rank is {largest}; {rank} is the smallest rank vLLM accepts "
         f"at or above it ({', '.join(map(str, SUPPORTED_RANKS))})",
     }
     return LoraChoice(count, rank, reasons)
 
 
-# Projection name -> (in features, out features) per layer for a decoder with this architecture.
-def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
-    hidden, heads, kv_heads, head_dim = arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim
-    inter = arch.intermediate_size
-    return {
-        "q_proj": (hidden, heads * head_dim),
-        "k_proj": (hidden, kv_heads * head_dim),
-        "v_proj": (hidden, kv_heads * head_dim),
-        "o_proj": (heads * head_dim, hidden),
-        "gate_proj": (hidden, inter),
-        "up_proj": (hidden, inter),
-        "down_proj": (inter, hidden),
-    }
+def lora_settings(
+    explicit: Mapping[str, Any], request: DeploymentRequest
+) -> tuple[LoraSettings | None, list[Decision]]:
+    """LoRA as vLLM will run it: explicit flags win, the declared adapters choose the rest."""
+    if request.lora is None and not explicit.get("enable_lora"):
+        return None, []
+    ranks = request.lora.ranks if request.lora else ()
+    choice = choose_lora(ranks) if request.lora else LoraChoice(DEFAULT_MAX_LORAS, DEFAULT_MAX_LORA_RANK, {})
+    decisions = [
+        Decision(flag, value, choice.reasons[flag])
+        for flag, value in choice.engine_args(explicit).items()
+        if flag in choice.reasons
+    ]
+    cpu = explicit.get("max_cpu_loras")
+    settings = LoraSettings(
+        max_loras=int(explicit.get("max_loras", choice.max_loras)),
+        max_lora_rank=int(explicit.get("max_lora_rank", choice.max_lora_rank)),
+        max_cpu_loras=int(cpu) if cpu is not None else None,
+        adapter_ranks=tuple(ranks),
+        targets=request.lora.targets if request.lora else (),
+    )
+    return settings, decisions
 
 
-def lora_slot_bytes(
-    arch: ModelArch, max_loras: int, max_lora_rank: int, targets: Sequence[str], dtype_bytes: int, tp: int = 1
-) -> float:
-    """Bytes per GPU of the stacked LoRA A/B buffers vLLM allocates at startup: for every targeted module in
-    every layer, max_loras × (rank × in + out × rank) in the LoRA dtype (the model's by default). Column-
-    parallel B (and row-parallel A) are split by TP; the other factor is replicated."""
-    shapes = module_shapes(arch)
-    wanted = set(shapes) if not targets or "all-linear" in targets else {t for t in targets if t in shapes}
-    per_layer = 0.0
-    for name in wanted:
-        in_features, out_features = shapes[name]
-        if name in ("o_proj", "down_proj"):  # row parallel: A split, B whole
-            per_layer += max_lora_rank * in_features / tp + out_features * max_lora_rank
-        else:  # column parallel: A whole, B split
-            per_layer += max_lora_rank * in_features + out_features * max_lora_rank / tp
-    return per_layer * arch.num_layers * max_loras * dtype_bytes
+def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
+    """`--speculative-config` as vLLM's SpeculativeConfig reads it; a draft is read offline from the cache."""
+    config: dict[str, Any] = {"method": spec.method}
+    if spec.model is not None:
+        config["model"] = spec.model
+    if spec.revision is not None:
+        config["revision"] = spec.revision
+    for key in _SPECULATIVE_KEYS:
+        value = getattr(spec, key)
+        if value is not None:
+            config[key] = value
+    return config
+
+
+def speculative_settings(
+    explicit: Mapping[str, Any], request: DeploymentRequest
+) -> SpeculativeSettings | None:
+    config = explicit.get("speculative_config")
+    if not isinstance(config, Mapping) or "method" not in config:
+        return None
+    draft_tp = config.get("draft_tensor_parallel_size")
+    return SpeculativeSettings(
+        method=str(config["method"]),
+        num_speculative_tokens=int(config.get("num_speculative_tokens", 1)),
+        draft_tp=int(draft_tp) if draft_tp is not None else None,
+        draft=request.draft,
+    )

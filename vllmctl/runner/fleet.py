@@ -12,15 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vllmctl.catalog.adapters import AdapterConfig, load_adapter_config
+from vllmctl.catalog.adapters import AdapterConfigs, load_adapter_configs
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.inventory.model import Inventory, ModelDeployment, runs_on_cpu
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
-from vllmctl.planner.lora import choose_lora
+from vllmctl.planner.lora import choose_lora, lora_request
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
@@ -154,13 +154,15 @@ def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch]
     """Architectures by model source, and for the ones that cannot be loaded, the error saying why."""
     archs: dict[str, ModelArch] = {}
     failures: dict[str, VllmctlError] = {}
-    for model in inv.models.values():
-        if model.source in archs or model.source in failures:
+    wanted = [(m.source, m.revision) for m in inv.models.values()]
+    wanted += [(s.model, s.revision) for m in inv.models.values() if (s := m.speculative) and s.model]
+    for source, revision in wanted:
+        if source in archs or source in failures:
             continue
         try:
-            archs[model.source] = load_arch(model.source, model.revision, online=online)
+            archs[source] = load_arch(source, revision, online=online)
         except VllmctlError as exc:
-            failures[model.source] = exc
+            failures[source] = exc
     return archs, failures
 
 
@@ -201,7 +203,7 @@ def fleet_plan(
 ) -> InventoryPlan:
     """The plan commands act on: architectures from the catalog, local directories, or the hub if online."""
     archs, _ = load_model_archs(inv, online=online)
-    return plan_inventory(inv, gpu_facts, archs)
+    return plan_inventory(inv, gpu_facts, archs, adapters=load_adapter_configs(inv.models.values(), online))
 
 
 def gpu_entries(inv: Inventory, plan: InventoryPlan) -> InventoryPlan:
@@ -255,7 +257,8 @@ def deployment_plans(
     line (exit 2); a GPU deployment with no plan that fits raises PlanError (exit 1).
     """
     archs = load_model_archs(inv, online=online)[0] if archs is None else archs
-    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs, resources))
+    adapters = load_adapter_configs(inv.models.values(), online=online)
+    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs, resources, adapters))
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     raise_refused(inv, wanted.entries)
     wanted.raise_for_failures()
@@ -266,28 +269,17 @@ def deployment_plans(
         args = cpu.engine_args(given)
         if host in hosts and args != given:  # no decision of its own: the unit stays as the inventory says
             plans.setdefault(host, {})[name] = ModelPlan(args, (Replica(0, cpu.port),))
-    return with_lora_choice(inv, hosts, plans, online)
-
-
-def adapter_configs(model: ModelDeployment, online: bool) -> list[AdapterConfig | None]:
-    """Each adapter's config; None where it cannot be read here (vLLM's default rank is then assumed)."""
-    found: list[AdapterConfig | None] = []
-    for adapter in model.adapters:
-        try:
-            found.append(load_adapter_config(adapter.source, adapter.revision, online=online))
-        except InputError:
-            found.append(None)
-    return found
+    return with_lora_choice(inv, hosts, plans, adapters)
 
 
 def with_lora_choice(
-    inv: Inventory, hosts: list[str], plans: dict[str, dict[str, ModelPlan]], online: bool
+    inv: Inventory, hosts: list[str], plans: dict[str, dict[str, ModelPlan]], configs: AdapterConfigs
 ) -> dict[str, dict[str, ModelPlan]]:
     """`plans` with max_loras and max_lora_rank chosen from each model's adapters where not given."""
     for model in inv.models.values():
         if not model.adapters:
             continue
-        choice = choose_lora(adapter_configs(model, online))
+        choice = choose_lora(lora_request([configs.get(a.source) for a in model.adapters]).ranks)
         for host in (h for h in model.hosts if h in hosts):
             plan = plans.get(host, {}).get(model.name) or ModelPlan(
                 dict(model.engine_args), (Replica(0, model.port),)

@@ -6,17 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vllmctl.inventory.model import AdapterSpec, ModelDeployment, SpeculativeSpec
+from vllmctl.inventory.model import AdapterSpec, ModelDeployment
 from vllmctl.paths import ADAPTERS_DIR, adapter_dir
+from vllmctl.planner.lora import speculative_config
 from vllmctl.render.quoting import confined_path, path_component
-
-# The speculative settings passed through to vLLM's SpeculativeConfig under their own names.
-_SPECULATIVE_KEYS = (
-    "num_speculative_tokens",
-    "draft_tensor_parallel_size",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-)
 
 
 def is_local(source: str) -> bool:
@@ -29,20 +22,6 @@ def adapter_path(model: ModelDeployment, adapter: AdapterSpec) -> str:
         return adapter.source
     path = adapter_dir(path_component(model.name), path_component(adapter.name))
     return confined_path(ADAPTERS_DIR, path.removeprefix(ADAPTERS_DIR + "/"))
-
-
-def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
-    """`--speculative-config` as vLLM's SpeculativeConfig reads it; a draft is read offline from the cache."""
-    config: dict[str, Any] = {"method": spec.method}
-    if spec.model is not None:
-        config["model"] = spec.model
-    if spec.revision is not None:
-        config["revision"] = spec.revision
-    for key in _SPECULATIVE_KEYS:
-        value = getattr(spec, key)
-        if value is not None:
-            config[key] = value
-    return config
 
 
 def serving_args(model: ModelDeployment) -> dict[str, Any]:
