@@ -17,6 +17,14 @@ SPECULATIVE_FLAGS = ("speculative_config",)
 def check_adapters(checker: Checker, name: str, body: dict[str, Any]) -> None:
     adapters = body.get("adapters")
     engine_args = mapping(body.get("engine_args"))
+    for key in ("adapters", "speculative"):
+        if body.get(key) and "sglang" in checker.engines_for(name, body):
+            checker.add(
+                ("models", name, key),
+                f"`{key}:` is built for vLLM only; this model runs on SGLang on some of its hosts",
+                "serve it with vLLM, or pass SGLang's own flags through engine_args",
+                True,
+            )
     if isinstance(adapters, list) and adapters:
         _adapter_entries(checker, name, adapters)
         _not_twice(checker, name, engine_args, LORA_FLAGS, "adapters")

@@ -71,7 +71,7 @@ def staging_calls(
         else:
             args = {
                 **hub,
-                "model": f"{model.name}--lora--{adapter.name}",
+                "model": f"{model.name}+lora+{adapter.name}",  # "+" is in no name: no clash
                 "repo": adapter.source,
                 "revision": adapter.revision,
                 "link": adapter_path(model, adapter),
@@ -82,6 +82,6 @@ def staging_calls(
         if is_local(draft.model):
             calls.append(("model_sync", {"dest": draft.model, "files": files(draft.model)}))
         else:
-            args = {**hub, "model": f"{model.name}--draft", "repo": draft.model, "revision": draft.revision}
+            args = {**hub, "model": f"{model.name}+draft", "repo": draft.model, "revision": draft.revision}
             calls.append(("model_download", args))
     return calls

@@ -75,3 +75,11 @@ def test_engine_args_and_adapters_do_not_both_set_lora_modules(problems: Problem
         HEAD + "    adapters: [{name: sql, source: org/sql}]\n    engine_args: {lora_modules: [x=/y]}\n"
     )
     assert len(found) == 1 and "engine_args.lora_modules and `adapters:` both set" in found[0]
+
+
+def test_sglang_deployments_get_no_vllm_adapter_flags(problems: Problems) -> None:
+    found = problems(
+        HEAD.replace("    hosts: gpu-01\n", "    hosts: gpu-01\n    engine: {name: sglang, version: 0.5.2}\n")
+        + "    adapters: [{name: sql, source: org/sql}]\n"
+    )
+    assert len(found) == 1 and "`adapters:` is built for vLLM only" in found[0], found

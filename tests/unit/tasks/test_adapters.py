@@ -53,7 +53,7 @@ def test_local_adapter_is_synced_and_hub_adapter_downloaded_and_linked() -> None
     assert calls[2].args == {
         "venv": "/opt/vllmctl/venvs/vllm-0.11.0",
         "env_file": "/etc/vllmctl/llama.env",
-        "model": "llama--lora--chat",
+        "model": "llama+lora+chat",
         "repo": "acme/chat-lora",
         "revision": "v2",
         "link": "/var/lib/vllmctl/adapters/llama/chat",
@@ -75,7 +75,7 @@ def test_speculative_settings_render_to_vllms_json_and_stage_the_draft() -> None
     argv = exec_argv(ctx.models()[0], ctx.engine(ctx.models()[0]), plan, plan.replicas[0])
     assert json.loads(argv[argv.index("--speculative-config") + 1])["method"] == "eagle"
     staged = expand("model_staging", {}, ctx)
-    assert staged[-1].op == "model_download" and staged[-1].args["model"] == "llama--draft"
+    assert staged[-1].op == "model_download" and staged[-1].args["model"] == "llama+draft"
 
 
 def test_ngram_needs_no_draft_and_stages_nothing_more() -> None:
