@@ -4,13 +4,16 @@ declared adapters (with a reason each), and the settings vLLM resolves from the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vllmctl.catalog.adapters import AdapterConfig
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.gpus import GIB
 from vllmctl.inventory.model import SpeculativeSpec
-from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
-from vllmctl.planner.types import Decision, DeploymentRequest, LoraRequest
+from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes
+from vllmctl.planner.settings import LoraSettings, SpeculativeSettings, VllmSettings
+from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, LoraRequest
 
 # The speculative settings passed through to vLLM's SpeculativeConfig under their own names.
 _SPECULATIVE_KEYS = (
@@ -115,3 +118,27 @@ def speculative_settings(
         draft_tp=int(draft_tp) if draft_tp is not None else None,
         draft=request.draft,
     )
+
+
+def with_side_memory_reasons(plan: DeploymentPlan, arch: ModelArch, settings: VllmSettings) -> DeploymentPlan:
+    """The plan with what its LoRA slots and its draft cost per GPU stated in the reasons `plan` shows."""
+    notes: dict[str, str] = {}
+    if settings.lora is not None:
+        lora = settings.lora
+        slots = lora_slot_bytes(arch, lora, arch.dtype_bytes, settings.tp, settings.pp) / GIB
+        notes["max_loras"] = (
+            f"{lora.max_loras} slot(s) of rank {lora.max_lora_rank} take {slots:.2f} GiB per GPU from the KV "
+            "cache, and as much again in the profile run (a dummy adapter in every slot)"
+        )
+    spec = settings.speculative
+    if spec is not None:
+        weights = draft_weight_bytes(spec, settings.tp) / GIB
+        draft = f"draft weights {weights:.2f} GiB per GPU" if spec.draft is not None else "no draft weights"
+        notes["speculative_config"] = f"{spec.method}, {spec.num_speculative_tokens} tokens per step; {draft}"
+    if not notes:
+        return plan
+    reasons = [
+        replace(d, reason=f"{d.reason}; {notes.pop(d.flag)}") if d.flag in notes else d for d in plan.reasons
+    ]
+    reasons += [Decision(flag, plan.engine_args.get(flag), note) for flag, note in notes.items()]
+    return replace(plan, reasons=tuple(reasons))

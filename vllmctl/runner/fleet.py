@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vllmctl.catalog.adapters import AdapterConfigs, load_adapter_configs
+from vllmctl.catalog.adapters import load_adapter_configs
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
@@ -20,9 +20,9 @@ from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
-from vllmctl.planner.lora import choose_lora, lora_request
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
+from vllmctl.runner.lora_plans import with_lora_choice
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
 from vllmctl.runner.staging import local_models
@@ -270,23 +270,6 @@ def deployment_plans(
         if host in hosts and args != given:  # no decision of its own: the unit stays as the inventory says
             plans.setdefault(host, {})[name] = ModelPlan(args, (Replica(0, cpu.port),))
     return with_lora_choice(inv, hosts, plans, adapters)
-
-
-def with_lora_choice(
-    inv: Inventory, hosts: list[str], plans: dict[str, dict[str, ModelPlan]], configs: AdapterConfigs
-) -> dict[str, dict[str, ModelPlan]]:
-    """`plans` with max_loras and max_lora_rank chosen from each model's adapters where not given."""
-    for model in inv.models.values():
-        if not model.adapters:
-            continue
-        choice = choose_lora(lora_request([configs.get(a.source) for a in model.adapters]).ranks)
-        for host in (h for h in model.hosts if h in hosts):
-            plan = plans.get(host, {}).get(model.name) or ModelPlan(
-                dict(model.engine_args), (Replica(0, model.port),)
-            )
-            args = {**plan.engine_args, **choice.engine_args(plan.engine_args)}
-            plans.setdefault(host, {})[model.name] = ModelPlan(args, plan.replicas)
-    return plans
 
 
 def model_plans(plan: InventoryPlan) -> dict[str, dict[str, ModelPlan]]:
