@@ -8,6 +8,11 @@ from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
 from vllmctl.planner.weights import stage_weight_bytes
 
 ROW_PARALLEL = frozenset({"o_proj", "down_proj"})  # input split by TP: LoRA A is split, B is whole
+# Models whose vLLM class lists embed_tokens and lm_head as LoRA embedding modules (llama.py:493-497; Qwen2
+# and Qwen3 list none): those get embedding and logits slots too, with 256 extra vocabulary rows.
+EMBEDDING_LORA_TYPES = frozenset({"llama", "mistral"})
+EXTRA_VOCAB = 256  # LoRAConfig.lora_extra_vocab_size
+VOCAB_PADDING = 256  # the CUDA platform's lora_vocab_padding_size
 
 
 def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
@@ -27,29 +32,27 @@ def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
     }
 
 
-def targeted(arch: ModelArch, targets: tuple[str, ...]) -> list[str]:
-    """The modules the slots cover: vLLM allocates a slot on every LoRA-capable layer whatever the adapters
-    target, so nothing narrower than all of them is planned unless the targets name only known modules."""
-    shapes = module_shapes(arch)
-    if not targets or any(t not in shapes for t in targets):
-        return sorted(shapes)
-    return sorted(set(targets))
-
-
 def lora_slot_bytes(arch: ModelArch, lora: LoraSettings, dtype_bytes: int, tp: int = 1, pp: int = 1) -> float:
     """The stacked A/B buffers of `max_loras` slots of `max_lora_rank` on one GPU, in the LoRA dtype (the
-    model's): per targeted module per layer, rank × in + out × rank, the parallel side split by TP."""
+    model's). vLLM gives every LoRA-capable layer a slot whatever the adapters target (lora/models.py:606,
+    `_match_target_modules` reads the model's supported modules): per projection per layer rank × in +
+    out × rank, the parallel side split by TP; plus the embedding and logits slots where the model has them
+    (vocal_parallel_embedding.py:50-76, logits_processor.py:91-110)."""
     per_layer = 0.0
-    shapes = module_shapes(arch)
     rank = lora.max_lora_rank
-    for name in targeted(arch, lora.targets):
-        in_features, out_features = shapes[name]
+    for name, (in_features, out_features) in module_shapes(arch).items():
         if name in ROW_PARALLEL:
             per_layer += rank * in_features / tp + out_features * rank
         else:
             per_layer += rank * in_features + out_features * rank / tp
     layers = -(-arch.num_layers // pp)
-    return per_layer * layers * lora.max_loras * dtype_bytes
+    per_slot = per_layer * layers
+    if arch.model_type in EMBEDDING_LORA_TYPES:
+        hidden, vocab = arch.hidden_size, arch.vocab_size
+        padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+        per_slot += EXTRA_VOCAB * hidden + (vocab + EXTRA_VOCAB) * rank + hidden * rank  # embedding
+        per_slot += rank * hidden + padded * rank  # logits (lm_head)
+    return per_slot * lora.max_loras * dtype_bytes
 
 
 def draft_weight_bytes(spec: SpeculativeSettings, target_tp: int) -> float:

@@ -34,17 +34,26 @@ def _settings(**kw: object) -> VllmSettings:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_slots_are_max_loras_x_rank_over_every_targeted_projection() -> None:
+def test_slots_are_max_loras_x_rank_over_every_lora_capable_layer() -> None:
     # vllm#8559 serves Llama-3-8B with --enable-lora --max-lora-rank=64 --max-loras=60. Per layer the seven
     # projections have in + out = 8192 (q) + 5120 (k) + 5120 (v) + 8192 (o) + 3 x 18432 (gate, up, down)
-    # = 81920 features; A (rank x in) and B (out x rank) in bf16 for 60 slots over 32 layers:
+    # = 81920 features; A (rank x in) and B (out x rank) in bf16 for 60 slots over 32 layers: 18.75 GiB.
     assert sum(i + o for i, o in module_shapes(LLAMA_8B).values()) == 81920
+    layers = 81920 * 64 * 32
+    # Llama also has embedding and logits slots: 256 extra rows x 4096, A (128256 + 256) x 64, B 4096 x 64;
+    # logits A 64 x 4096 and B 128256 (a multiple of 256) x 64
+    embedding = 256 * 4096 + 128512 * 64 + 4096 * 64 + 64 * 4096 + 128256 * 64
     slots = lora_slot_bytes(LLAMA_8B, LoraSettings(max_loras=60, max_lora_rank=64), 2)
-    assert slots == 81920 * 64 * 32 * 60 * 2
-    assert slots / GIB == pytest.approx(18.75)
-    # the lab's adapters target q_proj and v_proj only, but vLLM gives every LoRA-capable layer a slot
-    narrow = lora_slot_bytes(LLAMA_8B, LoraSettings(1, 8, targets=("q_proj", "v_proj")), 2)
-    assert narrow == (8192 + 5120) * 8 * 32 * 2
+    assert slots == (layers + embedding) * 60 * 2
+    assert slots / GIB == pytest.approx(20.76, abs=0.01)
+    # the adapters' targets do not narrow the slots: every supported module gets one
+    assert lora_slot_bytes(LLAMA_8B, LoraSettings(1, 8, targets=("q_proj",)), 2) == lora_slot_bytes(
+        LLAMA_8B, LoraSettings(1, 8), 2
+    )
+    # Qwen3's vLLM class lists no LoRA embedding modules: projections only
+    qwen = load_arch("Qwen/Qwen3-8B", online=False)
+    projections = sum(i + o for i, o in module_shapes(qwen).values()) * 16 * qwen.num_layers * 2
+    assert lora_slot_bytes(qwen, LoraSettings(1, 16), 2) == projections
 
 
 def test_tp_splits_the_parallel_side_of_each_slot() -> None:
@@ -107,6 +116,7 @@ def test_the_plan_states_why_and_counts_the_slots() -> None:
     assert (plan.engine_args["max_loras"], plan.engine_args["max_lora_rank"]) == (2, 32)
     reasons = {d.flag: d.reason for d in plan.reasons}
     assert reasons["max_loras"].startswith("2 declared adapter(s)")
+    assert "2 slot(s) of rank 32 take 0.35 GiB per GPU from the KV cache" in reasons["max_loras"]
     bare = plan_deployment(LLAMA_8B, H100, 1, DeploymentRequest(max_model_len=8192))
     assert plan.memory.weights_gib > bare.memory.weights_gib
 
