@@ -79,7 +79,7 @@ def test_adapters_are_staged_served_and_a_third_is_a_gated_release(deployment: A
             assert flag in exec_start, exec_start
         assert "ngram" in exec_start and "--speculative-config" in exec_start, exec_start
         journal = deployment.sh(
-            host, f"journalctl -u {unit} --no-pager -o cat | grep -c method=.ngram || true"
+            host, f"sudo journalctl -u {unit} --no-pager -o cat | grep -c method=.ngram || true"
         )
         assert int(journal.strip() or 0) >= 1, "the engine did not start with n-gram speculation"
         texts = {name: _complete(host, name)["choices"][0]["text"] for name in ("alpha", "beta", MODEL)}
