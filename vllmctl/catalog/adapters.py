@@ -1,5 +1,5 @@
-"""LoRA adapter configs (PEFT's adapter_config.json): the rank and target modules the planner sizes
-slots from, read from a local adapter folder or the hub's cache (fetched when online)."""
+"""LoRA adapter configs (PEFT's adapter_config.json): the rank max_lora_rank is chosen from, and the
+targeted modules, read from a local adapter folder or the hub's cache (fetched when online)."""
 
 from __future__ import annotations
 
