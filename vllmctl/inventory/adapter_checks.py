@@ -57,6 +57,13 @@ def _adapter_entries(checker: Checker, model: str, adapters: list[Any]) -> None:
         source = adapter.get("source")
         if isinstance(source, str) and source.startswith("/") and (found := host_path_problem(source)):
             checker.add((*where, "source"), found.message, found.hint)
+        elif isinstance(source, str) and source.startswith("/") and ("=" in source or "," in source):
+            # vllm/entrypoints/openai/cli_args.py (LoRAParserAction): NAME=PATH splits on '=', ',' means JSON
+            checker.add(
+                (*where, "source"),
+                f"adapter folder {source} holds '=' or ',': vLLM's --lora-modules NAME=PATH cannot carry it",
+                "rename the folder without '=' and ','",
+            )
 
 
 def _speculative(checker: Checker, model: str, spec: dict[str, Any]) -> None:

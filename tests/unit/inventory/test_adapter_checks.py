@@ -83,3 +83,8 @@ def test_sglang_deployments_get_no_vllm_adapter_flags(problems: Problems) -> Non
         + "    adapters: [{name: sql, source: org/sql}]\n"
     )
     assert len(found) == 1 and "`adapters:` is built for vLLM only" in found[0], found
+
+
+def test_a_local_adapter_path_vllm_cannot_parse_is_refused(problems: Problems) -> None:
+    found = problems(HEAD + "    adapters: [{name: sql, source: /srv/lora/a=b}]\n")
+    assert len(found) == 1 and "vLLM's --lora-modules NAME=PATH cannot carry it" in found[0]
