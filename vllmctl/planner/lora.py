@@ -46,14 +46,14 @@ def lora_request(configs: Sequence[AdapterConfig | None]) -> LoraRequest:
     ranks = tuple(c.rank if c is not None else DEFAULT_MAX_LORA_RANK for c in configs)
     known = all(c is not None and c.target_modules for c in configs)
     targets = sorted({t for c in configs if c is not None for t in c.target_modules}) if known else []
-    return LoraRequest(ranks, tuple(targets))
+    return LoraRequest(ranks, tuple(targets), sum(c is None for c in configs))
 
 
 def smallest_supported_rank(rank: int) -> int | None:
     return next((r for r in SUPPORTED_RANKS if r >= rank), None)
 
 
-def choose_lora(ranks: Sequence[int]) -> LoraChoice:
+def choose_lora(ranks: Sequence[int], unknown: int = 0) -> LoraChoice:
     """One GPU slot per declared adapter, so all serve in the same batch, at the smallest rank vLLM accepts
     that holds the largest adapter (a larger rank wastes slot memory and kernel work on zero padding)."""
     largest = max(ranks, default=DEFAULT_MAX_LORA_RANK)
@@ -62,7 +62,12 @@ def choose_lora(ranks: Sequence[int]) -> LoraChoice:
     reasons = {
         "max_loras": f"{count} declared adapter(s), one GPU slot each so all serve in the same batch",
         "max_lora_rank": f"the largest adapter rank is {largest}; {rank} is the smallest rank vLLM accepts "
-        f"at or above it ({', '.join(map(str, SUPPORTED_RANKS))})",
+        f"at or above it ({', '.join(map(str, SUPPORTED_RANKS))})"
+        + (
+            f"; {unknown} adapter config(s) unreadable here count at vLLM's default {DEFAULT_MAX_LORA_RANK}"
+            if unknown
+            else ""
+        ),
     }
     return LoraChoice(count, rank, reasons)
 
@@ -74,7 +79,11 @@ def lora_settings(
     if request.lora is None and not explicit.get("enable_lora"):
         return None, []
     ranks = request.lora.ranks if request.lora else ()
-    choice = choose_lora(ranks) if request.lora else LoraChoice(DEFAULT_MAX_LORAS, DEFAULT_MAX_LORA_RANK, {})
+    choice = (
+        choose_lora(ranks, request.lora.unknown)
+        if request.lora
+        else LoraChoice(DEFAULT_MAX_LORAS, DEFAULT_MAX_LORA_RANK, {})
+    )
     decisions = [
         Decision(flag, value, choice.reasons[flag])
         for flag, value in choice.engine_args(explicit).items()

@@ -20,6 +20,7 @@ class LoraRequest:
 
     ranks: tuple[int, ...]
     targets: tuple[str, ...] = ()
+    unknown: int = 0  # adapters whose config could not be read here (counted at vLLM's default rank)
 
 
 @dataclass(frozen=True)

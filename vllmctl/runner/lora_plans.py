@@ -16,7 +16,8 @@ def with_lora_choice(
     for model in inv.models.values():
         if not model.adapters:
             continue
-        choice = choose_lora(lora_request([configs.get(a.source) for a in model.adapters]).ranks)
+        wanted = lora_request([configs.get(a.source) for a in model.adapters])
+        choice = choose_lora(wanted.ranks, wanted.unknown)
         for host in (h for h in model.hosts if h in hosts):
             plan = plans.get(host, {}).get(model.name) or ModelPlan(
                 dict(model.engine_args), (Replica(0, model.port),)

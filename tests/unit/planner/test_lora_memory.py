@@ -107,7 +107,11 @@ def test_rank_and_slots_are_chosen_from_the_adapters() -> None:
     assert "largest adapter rank is 40; 64 is the smallest" in choice.reasons["max_lora_rank"]
     assert choice.engine_args({"max_loras": 1}) == {"max_lora_rank": 64}
     unknown = lora_request([AdapterConfig(8, ("q_proj",)), None])
-    assert unknown == LoraRequest((8, 16), ())  # an unreadable config counts at vLLM's default rank
+    assert unknown == LoraRequest((8, 16), (), 1)  # an unreadable config counts at vLLM's default rank
+    assert (
+        "1 adapter config(s) unreadable here count at vLLM's default 16"
+        in choose_lora((8, 16), 1).reasons["max_lora_rank"]
+    )
 
 
 def test_the_plan_states_why_and_counts_the_slots() -> None:
