@@ -102,6 +102,10 @@ RULES: tuple[Rule, ...] = (
          "engine", "vllm/config/speculative.py:345-353 (SpeculativeConfig.__post_init__)",
          ("speculative_config",), adapters.draft_model_method_runs, since=V1_DEFAULT_SINCE,
          version_note="the V0 engine ran draft models until it was removed"),
+    Rule("speculative-mtp-targets", "method mtp only for models with MTP layers vLLM loads (DeepSeek-V3, "
+         "MiMo, GLM-4 MoE, ERNIE 4.5 MoE, Qwen3-Next, LongCat-Flash)",
+         "vllm/config/speculative.py:148-200 (hf_config_override), 345-353 (the draft-model fallback)",
+         ("speculative_config",), adapters.mtp_target_has_mtp_layers, since=V1_DEFAULT_SINCE),
     Rule("speculative-draft-tp", "the draft's tensor_parallel_size is 1 or the target's",
          "vllm/config/speculative.py:464-490 (_verify_and_get_draft_tp)", ("speculative_config", TP),
          adapters.draft_tp_one_or_target),

@@ -68,6 +68,26 @@ def draft_model_method_runs(given: RuleInput) -> Violation | None:
     )
 
 
+# vllm/config/speculative.py:148-200 (hf_config_override): the targets whose MTP layers vLLM can load
+MTP_TARGETS = frozenset(
+    {"deepseek_v3", "deepseek_v32", "deepseek_mtp", "mimo", "glm4_moe", "ernie4_5_moe", "ernie_mtp",
+     "qwen3_next", "qwen3_next_mtp", "longcat_flash"}
+)  # fmt: skip
+
+
+def mtp_target_has_mtp_layers(given: RuleInput) -> Violation | None:
+    spec = given.settings.speculative
+    if spec is None or spec.method != "mtp" or given.arch.model_type in MTP_TARGETS:
+        return None
+    return Violation(
+        "Speculative decoding with draft model is not supported yet. Please consider using other speculative "
+        "decoding methods such as ngram, medusa, eagle, or mtp.",
+        f"method mtp reuses the model's own multi-token-prediction layers, and vLLM knows none for "
+        f"{given.arch.model_type}: it then takes the model as a separate draft, which it does not run",
+        "method: ngram, or eagle with a draft head trained for this model",
+    )
+
+
 def draft_tp_one_or_target(given: RuleInput) -> Violation | None:
     spec = given.settings.speculative
     tp = given.settings.tp
