@@ -15,6 +15,7 @@ HOME_DIR = f"{LIB_DIR}/home"  # the service user's home
 BIN_DIR = f"{LIB_DIR}/bin"  # host-side helpers vllmctl uploads
 HF_HOME = f"{LIB_DIR}/hf"
 HUB_CACHE = f"{LIB_DIR}/models/hub"  # hub models staged before the engine starts
+ADAPTERS_DIR = f"{LIB_DIR}/adapters"  # links to staged hub LoRA adapters, one folder per model
 WHEELHOUSE_DIR = f"{LIB_DIR}/wheelhouse"
 RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs
 LOCK_DIR = f"{LIB_DIR}/lock"  # the host lock: an atomic mkdir
@@ -49,3 +50,8 @@ def unit_path(unit: str) -> str:
 
 def state_record(name: str) -> str:
     return f"{STATE_DIR}/{name}"
+
+
+def adapter_dir(model: str, adapter: str) -> str:
+    """Where a hub adapter's staged snapshot is linked, so `--lora-modules` names a fixed local path."""
+    return f"{ADAPTERS_DIR}/{model}/{adapter}"

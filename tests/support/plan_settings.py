@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllmctl.planner import DeploymentPlan, DeploymentRequest
-from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
+from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, LoraSettings, SpeculativeSettings, VllmSettings
 from vllmctl.planner.tuning import normalize_args
 from vllmctl.planner.versions import parse_version
 
@@ -38,4 +38,31 @@ def settings_from_plan(plan: DeploymentPlan, request: DeploymentRequest) -> Vllm
         swap_space_gib=float(args.get("swap_space", DEFAULT_SWAP_SPACE_GIB)),
         enable_chunked_prefill=args.get("enable_chunked_prefill"),
         allow_long_max_model_len=request.allow_long_max_model_len,
+        lora=_lora(args, request),
+        speculative=_speculative(args, request),
+    )
+
+
+def _lora(args: dict[str, Any], request: DeploymentRequest) -> LoraSettings | None:
+    if not args.get("enable_lora") and request.lora is None:
+        return None
+    cpu = args.get("max_cpu_loras")
+    return LoraSettings(
+        max_loras=int(args.get("max_loras", 1)),
+        max_lora_rank=int(args.get("max_lora_rank", 16)),
+        max_cpu_loras=int(cpu) if cpu is not None else None,
+        adapter_ranks=request.lora.ranks if request.lora else (),
+    )
+
+
+def _speculative(args: dict[str, Any], request: DeploymentRequest) -> SpeculativeSettings | None:
+    config = args.get("speculative_config")
+    if not isinstance(config, dict):
+        return None
+    draft_tp = config.get("draft_tensor_parallel_size")
+    return SpeculativeSettings(
+        str(config["method"]),
+        int(config["num_speculative_tokens"]),
+        int(draft_tp) if draft_tp is not None else None,
+        request.draft,
     )

@@ -1,5 +1,5 @@
-"""A local HTTP server that answers like a queueing vLLM: `/health` and the captured `/metrics` of a real
-vLLM (CPU build) with requests waiting."""
+"""A local HTTP server that answers like a queueing vLLM: `/health`, the captured `/metrics` of a real vLLM
+(CPU build) with requests waiting, and its `/v1/models` serving two LoRA adapters."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-QUEUEING = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu" / "metrics_queueing.txt"
-).read_bytes()
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
+QUEUEING = (FIXTURES / "metrics_queueing.txt").read_bytes()
+# /v1/models of vllm-cpu 0.32 serving the tiny model with LoRA adapters alpha and beta (tests/lab)
+MODELS = (FIXTURES / "models_lora.json").read_bytes()
 
 
 class _QueueingVllm(BaseHTTPRequestHandler):
@@ -20,7 +21,7 @@ class _QueueingVllm(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        body = {"/health": b"", "/metrics": QUEUEING}.get(self.path)
+        body = {"/health": b"", "/metrics": QUEUEING, "/v1/models": MODELS}.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.end_headers()
         self.wfile.write(body or b"")

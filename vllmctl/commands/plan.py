@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
+from vllmctl.catalog.adapters import load_adapter_configs
 from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Problem, VllmctlError
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         )
         facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
-    plan = plan_inventory(inv, facts, archs, resources)
+    adapters = load_adapter_configs(inv.models.values(), online=not args.offline)
+    plan = plan_inventory(inv, facts, archs, resources, adapters)
     entries = [e for e in cluster_entries(inv, plan.entries, facts, archs) if e.host in selected]
     entries = [_with_arch_failure(e, inv, arch_failures) for e in entries]
     on_cpu = cpu_engine_plans(inv, archs)  # a CPU build sizes its own memory: no GPU plan to show

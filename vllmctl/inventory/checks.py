@@ -1,8 +1,10 @@
 """Semantic checks the schema cannot express, run in order over one inventory: names, engine args and GPU fit,
-multi_node groups, hosts, env names, ports, and (when asked) the controller's own files."""
+adapters and speculative decoding, multi_node groups, hosts, env names, ports, and (when asked) the
+controller's own files."""
 
 from __future__ import annotations
 
+from vllmctl.inventory.adapter_checks import check_adapters
 from vllmctl.inventory.clusters import check_clusters
 from vllmctl.inventory.controller import check_controller
 from vllmctl.inventory.engine_checks import check_engine_args, check_gpu_fit
@@ -22,6 +24,7 @@ def run_checks(checker: Checker) -> Resolved:
             checker.resolved.model_hosts[name] = checker.model_hosts(name, model)
             check_engine_args(checker, name, model)
             check_gpu_fit(checker, name, model)
+            check_adapters(checker, name, model)
     check_clusters(checker)
     check_hosts(checker)
     check_env(checker)

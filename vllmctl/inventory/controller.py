@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from vllmctl.inventory.positions import FieldPath
 from vllmctl.inventory.resolve import Checker, ControllerFiles, mapping
 from vllmctl.inventory.values import bare_address, system_directory
 from vllmctl.render.quoting import shell_word
@@ -74,9 +75,18 @@ def check_controller(checker: Checker, files: ControllerFiles) -> None:
         if isinstance(path, str) and path:
             _secret_file(checker, files, checker.doc.location(("secrets", name, "file")), path)
     for name, body in mapping(checker.data.get("models")).items():
-        source = mapping(body).get("source")
-        if isinstance(source, str) and source.startswith("/"):
-            _pushed_folder(checker, files, checker.doc.location(("models", name, "source")), source)
+        for path, source in _pushed_sources(name, mapping(body)):
+            _pushed_folder(checker, files, checker.doc.location(path), source)
+
+
+def _pushed_sources(name: str, body: dict[str, Any]) -> list[tuple[FieldPath, str]]:
+    """A model's local folders the hosts receive: its source, its adapters' and its draft's."""
+    found: list[tuple[FieldPath, Any]] = [(("models", name, "source"), body.get("source"))]
+    adapters = body.get("adapters")
+    for index, adapter in enumerate(adapters if isinstance(adapters, list) else []):
+        found.append((("models", name, "adapters", index, "source"), mapping(adapter).get("source")))
+    found.append((("models", name, "speculative", "model"), mapping(body.get("speculative")).get("model")))
+    return [(path, source) for path, source in found if isinstance(source, str) and source.startswith("/")]
 
 
 def _keyscan_hint(known: str, hosts: list[tuple[str, int]]) -> str:

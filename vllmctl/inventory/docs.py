@@ -136,6 +136,8 @@ SECTIONS = [
     ("`models.NAME.slo`", "#/$defs/slo"),
     ("`models.NAME.sampling`", "#/$defs/sampling"),
     ("`models.NAME.multimodal`", "#/$defs/multimodal"),
+    ("`models.NAME.adapters[]`", "#/$defs/adapter"),
+    ("`models.NAME.speculative`", "#/$defs/speculative"),
     ("`secrets.NAME`", "#/$defs/secret"),
     ("`{secret: NAME}` references", "#/$defs/secret_ref"),
     ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),

@@ -14,6 +14,7 @@ from vllmctl.inventory.ansible import AnsibleImport, load_ansible_file, looks_li
 from vllmctl.inventory.checks import run_checks
 from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
+    AdapterSpec,
     ClusterSpec,
     DriverSpec,
     EngineSpec,
@@ -23,6 +24,7 @@ from vllmctl.inventory.model import (
     ModelDeployment,
     ReleaseSettings,
     SecretRef,
+    SpeculativeSpec,
     SshSettings,
 )
 from vllmctl.inventory.positions import SourceDoc, escape_text
@@ -110,6 +112,8 @@ def _model(
         multimodal={key: int(value) for key, value in mapping(body.get("multimodal")).items()},
         workload=body.get("workload", "independent"),
         cluster=cluster,
+        adapters=tuple(AdapterSpec(**mapping(a)) for a in body.get("adapters") or ()),
+        speculative=SpeculativeSpec(**mapping(body["speculative"])) if body.get("speculative") else None,
     )
 
 

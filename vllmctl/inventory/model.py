@@ -92,6 +92,28 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True)
+class AdapterSpec:
+    """A LoRA adapter served on top of a model under its own name."""
+
+    name: str
+    source: str  # hub id or absolute local path, staged like a model source
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    """Speculative decoding for one model; `model` is the draft (or draft head), absent for ngram and mtp."""
+
+    method: str
+    num_speculative_tokens: int
+    model: str | None = None
+    revision: str | None = None
+    draft_tensor_parallel_size: int | None = None
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+
+
+@dataclass(frozen=True)
 class ModelDeployment:
     name: str
     source: str  # hub id or absolute local path
@@ -110,6 +132,8 @@ class ModelDeployment:
     multimodal: dict[str, int] = field(default_factory=dict)  # images_per_prompt, videos_per_prompt
     workload: Workload = "independent"
     cluster: ClusterSpec | None = None  # set when `hosts` names a multi_node group: one engine across them
+    adapters: tuple[AdapterSpec, ...] = ()
+    speculative: SpeculativeSpec | None = None
 
 
 @dataclass(frozen=True)

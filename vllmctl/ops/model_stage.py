@@ -89,7 +89,8 @@ def _check_space(where: str, needed_mib: float, facts: Facts, what: str) -> None
 
 
 def hub_marker_content(args: Args) -> str:
-    return f"{args['repo']}@{args.get('revision') or 'main'}\n"
+    link = f" -> {args['link']}" if args.get("link") else ""
+    return f"{args['repo']}@{args.get('revision') or 'main'}{link}\n"
 
 
 def _plan_hub(args: Args, facts: Facts) -> Step:
@@ -105,16 +106,29 @@ def _plan_hub(args: Args, facts: Facts) -> Step:
     python = f"{args['venv']}/bin/python"
     revision = str(args.get("revision") or "")
     argv = [python, HUB_DOWNLOAD_HELPER, str(args["env_file"]), repo, revision, HUB_CACHE]
+    dirs = [posixpath.dirname(HUB_DOWNLOAD_HELPER), HUB_CACHE, posixpath.dirname(marker)]
+    download = f"umask 022 && {shell_join(argv)} >/dev/null"
+    if args.get("link"):  # an adapter: its snapshot linked at a fixed path the unit names
+        link = _link_path(args["link"])
+        dirs.append(posixpath.dirname(link))
+        download = f'umask 022 && p=$({shell_join(argv)}) && ln -sfn -- "$p" {shell_word(link)}'
     return Step(
         "model_download",
         model,
         (
-            make_dirs(posixpath.dirname(HUB_DOWNLOAD_HELPER), HUB_CACHE, posixpath.dirname(marker)),
+            make_dirs(*dirs),
             Upload(HUB_DOWNLOAD_HELPER, HUB_DOWNLOAD, "0755"),
-            Command(shell=f"umask 022 && {shell_join(argv)} >/dev/null"),
+            Command(shell=download),
             Upload(marker, content),
         ),
     )
+
+
+def _link_path(link: Any) -> str:
+    try:
+        return host_path(link)
+    except QuotingError as exc:
+        raise OpError(f"adapter link: {exc.message}", "give an absolute path without `..`") from exc
 
 
 def manifest_text(files: Sequence[Mapping[str, Any]]) -> str:
@@ -216,5 +230,7 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
     return Step("model_sync", dest, tuple(actions), warnings=warnings)
 
 
-MODEL_DOWNLOAD = Operation("model_download", _hub_facts, _plan_hub, {"revision": None, "size_mib": 0})
+MODEL_DOWNLOAD = Operation(
+    "model_download", _hub_facts, _plan_hub, {"revision": None, "size_mib": 0, "link": None}
+)
 MODEL_SYNC = Operation("model_sync", _sync_facts, _plan_sync)

@@ -12,6 +12,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
 from vllmctl.planner.infeasible import infeasible_error, tight_fit_error
+from vllmctl.planner.lora import with_side_memory_reasons
 from vllmctl.planner.rules import valid_tp_sizes
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import normalize_args, profile_tuning
@@ -115,9 +116,10 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         warnings.append(f"tight fit accepted (tight_fit: true): {chosen.margin.describe()}")
     if chosen is None:
         raise infeasible_error(arch, gpu, gpu_count, widest, explicit, guard)
-    return finish_plan(
+    plan = finish_plan(
         arch, gpu, gpu_count, request, explicit, tuning, chosen, target, reasons, warnings, guard
     )
+    return with_side_memory_reasons(plan, arch, chosen.settings)
 
 
 def _no_valid_tp(guard: Guard, base: VllmSettings, gpu_count: int, shaped: Any) -> PlanError:

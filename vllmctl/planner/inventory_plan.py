@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vllmctl.catalog.adapters import AdapterConfig
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import resolve_catalog
 from vllmctl.errors import InputError, PlanError, VllmctlError
 from vllmctl.inventory.model import Host, Inventory, ModelDeployment
+from vllmctl.planner.lora import lora_request, speculative_config
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.types import DeploymentPlan, DeploymentRequest
 
@@ -103,11 +105,24 @@ def allows_long_context(host: Host) -> bool:
 
 
 def deployment_request(
-    model: ModelDeployment, host: Host, nodes: int = 1, resources: HostResources | None = None
+    model: ModelDeployment,
+    host: Host,
+    nodes: int = 1,
+    resources: HostResources | None = None,
+    adapters: Mapping[str, AdapterConfig] | None = None,
+    archs: Mapping[str, ModelArch] | None = None,
 ) -> DeploymentRequest:
-    """What the planner is asked for one model on one host, from the inventory (and the host's facts)."""
+    """What the planner is asked for one model on one host, from the inventory (and the host's facts);
+    `adapters` holds the adapter configs read so far by source, `archs` the draft's architecture."""
     engine = model.engine or host.engine
     concurrency = model.slo.get("concurrency")
+    engine_args = dict(model.engine_args)
+    draft = None
+    if model.speculative is not None:
+        engine_args.setdefault("speculative_config", speculative_config(model.speculative))
+        source = model.speculative.model
+        draft = ((archs or {}).get(source) or resolve_catalog(source)) if source else None
+    configs = [(adapters or {}).get(a.source) for a in model.adapters]
     return DeploymentRequest(
         engine=engine.name,
         engine_version=engine.version,
@@ -115,7 +130,7 @@ def deployment_request(
         max_model_len=model.max_model_len,
         allow_context_shrink=model.allow_context_shrink,
         tight_fit=model.tight_fit,
-        engine_args=dict(model.engine_args),
+        engine_args=engine_args,
         concurrency=float(concurrency) if concurrency else None,
         nodes=nodes,
         base_port=model.port,
@@ -127,6 +142,8 @@ def deployment_request(
         host=resources or HostResources(),
         allow_long_max_model_len=allows_long_context(host),
         sampler=sampler_for(host),
+        lora=lora_request(configs) if model.adapters else None,
+        draft=draft,
     )
 
 
@@ -154,6 +171,7 @@ def plan_inventory(
     gpu_facts: Mapping[str, GpuFacts] | None = None,
     archs: Mapping[str, ModelArch] | None = None,
     resources: Mapping[str, HostResources] | None = None,
+    adapters: Mapping[str, AdapterConfig] | None = None,
 ) -> InventoryPlan:
     """Every (host, model) pair planned; models sharing a host split its GPUs in inventory order.
 
@@ -186,7 +204,8 @@ def plan_inventory(
             share = count // len(neighbours)
             start = neighbours.index(model.name) * share
             indices = tuple(range(start, start + share))
-            request = deployment_request(model, host, len(model.hosts), (resources or {}).get(host_name))
+            host_resources = (resources or {}).get(host_name)
+            request = deployment_request(model, host, len(model.hosts), host_resources, adapters, archs)
             try:
                 plan = plan_deployment(arch, gpu, share, request)
             except VllmctlError as exc:

@@ -4,9 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.planner.versions import Version
 
 DEFAULT_SWAP_SPACE_GIB = 4.0  # CacheConfig.swap_space (vLLM 0.6–0.20)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """--enable-lora as vLLM resolves it (LoRAConfig), with the declared adapters' ranks and targets."""
+
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: int | None = None
+    adapter_ranks: tuple[int, ...] = ()
+    targets: tuple[str, ...] = ()  # empty: every linear module of the decoder layers
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """--speculative-config as the planner reads it; `draft` is the draft model's (or head's) architecture."""
+
+    method: str
+    num_speculative_tokens: int
+    draft_tp: int | None = None
+    draft: ModelArch | None = None
 
 
 @dataclass(frozen=True)
@@ -39,3 +61,5 @@ class VllmSettings:
     # MXFP4 MoE kernels: "marlin" | "triton" | "auto" (pip install: Triton on Hopper once vLLM bundles
     # triton_kernels; the vllm/vllm-openai images ship triton_kernels earlier)
     mxfp4_backend: str = "auto"
+    lora: LoraSettings | None = None
+    speculative: SpeculativeSettings | None = None

@@ -5,12 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.sglang_memory import SglangMemory
 from vllmctl.planner.vllm_memory import MemoryBreakdown
 
 Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
 PROFILES: tuple[str, ...] = ("throughput", "latency", "balanced", "memory-saver")
+
+
+@dataclass(frozen=True)
+class LoraRequest:
+    """The adapters a deployment declares, as the planner sizes them: each one's rank and targeted modules."""
+
+    ranks: tuple[int, ...]
+    targets: tuple[str, ...] = ()
+    unknown: int = 0  # adapters whose config could not be read here (counted at vLLM's default rank)
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,8 @@ class DeploymentRequest:
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
     sampler: str = "auto"  # VLLM_USE_FLASHINFER_SAMPLER in the engine's environment: flashinfer | sort
     tight_fit: bool = False  # accept a fit that holds only at the optimistic edge of the prediction's error
+    lora: LoraRequest | None = None  # declared LoRA adapters
+    draft: ModelArch | None = None  # the speculative draft's architecture, when it has one
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.quant import ONLINE_QUANTIZATION
+from vllmctl.planner.lora import lora_settings, speculative_settings
 from vllmctl.planner.rules.device import fp8_kv_supported
 from vllmctl.planner.rules.quantized import ACT_DTYPES, effective_method
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
@@ -82,6 +83,8 @@ def base_settings(
         decisions.append(Decision("max_num_batched_tokens", seqs, why))
         tokens = seqs
     wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
+    lora, lora_decisions = lora_settings(explicit, request)
+    decisions += lora_decisions
     settings = VllmSettings(
         version=version,
         tp=int(explicit.get("tensor_parallel_size", 1)),
@@ -106,6 +109,8 @@ def base_settings(
         enable_chunked_prefill=explicit.get("enable_chunked_prefill"),
         allow_long_max_model_len=request.allow_long_max_model_len,
         sampler=request.sampler,
+        lora=lora,
+        speculative=speculative_settings(explicit, request),
     )
     return Start(settings, tuple(decisions))
 

@@ -12,6 +12,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import padded_vocab, pipeline_stages
 from vllmctl.planner.kv import kv_layout
+from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes
 from vllmctl.planner.multimodal import encoder_memory
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
@@ -162,6 +163,36 @@ def non_torch_bytes(settings: VllmSettings, interconnect: str) -> float:
 
 
 @lru_cache(maxsize=65536)
+@dataclass(frozen=True)
+class SideBytes:
+    """Per GPU beyond the model's own weights: LoRA slots and a draft's weights (held from load), and the
+    dummy adapters the profile run activates in every slot (freed after it)."""
+
+    weights: float = 0.0
+    profile: float = 0.0
+
+
+def side_bytes(arch: ModelArch, settings: VllmSettings) -> SideBytes:
+    weights = profile = 0.0
+    if settings.lora is not None:
+        slots = lora_slot_bytes(arch, settings.lora, arch.dtype_bytes, settings.tp, settings.pp)
+        weights, profile = slots, slots
+    if settings.speculative is not None:
+        weights += draft_weight_bytes(settings.speculative, settings.tp)
+    return SideBytes(weights, profile)
+
+
+def target_kv_share(settings: VllmSettings, layout: Any, gpu: GpuModel) -> float:
+    """The fraction of KV memory the target's layers keep when a draft model's layers cache KV beside them."""
+    spec = settings.speculative
+    if spec is None or spec.draft is None:
+        return 1.0
+    tp, layers = spec.draft_tp or settings.tp, (0, spec.draft.num_layers)
+    draft = kv_layout(spec.draft, tp, layers, settings.kv_cache_dtype, gpu.compute_capability)
+    own = float(layout.bytes_per_token)
+    return own / (own + float(draft.bytes_per_token)) if own > 0 else 1.0
+
+
 def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> MemoryBreakdown:
     """vLLM's startup figures for this model, GPU and settings; the worst pipeline stage is reported."""
     total = gpu.cuda_bytes
@@ -177,6 +208,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         settings.num_redundant_experts if settings.enable_eplb else 0,
     )
     stages = pipeline_stages(arch.num_layers, settings.pp)
+    extra = side_bytes(arch, settings)
+    weights_per_stage = tuple(w + extra.weights for w in weights_per_stage)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items
     )
@@ -185,15 +218,18 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     non_torch = non_torch_bytes(settings, gpu.interconnect)
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
-        activation = activation_peak_bytes(
-            arch,
-            settings.tp,
-            settings.max_num_batched_tokens,
-            settings.max_num_seqs,
-            settings.version,
-            last_stage=number == settings.pp - 1,
-            expert_parallel=settings.expert_parallel,
-            sampler=settings.sampler,
+        activation = (
+            activation_peak_bytes(
+                arch,
+                settings.tp,
+                settings.max_num_batched_tokens,
+                settings.max_num_seqs,
+                settings.version,
+                last_stage=number == settings.pp - 1,
+                expert_parallel=settings.expert_parallel,
+                sampler=settings.sampler,
+            )
+            + extra.profile
         )
         if number == 0 and encoder.weights:
             # The encoder's profile run peaks on its own; its output embeddings stay for the decoder run.
@@ -213,7 +249,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             available = float(settings.kv_cache_memory_bytes)
         else:
             available = requested - weights - activation - non_torch - (graphs if graphs_in_budget else 0.0)
-        blocks = layout.num_blocks(int(max(available, 0)))
+        # a draft's KV layers share each block's tokens with the target's: the target keeps its share
+        blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(settings, layout, gpu)))
         if best is None or blocks < best[0]:
             best = (blocks, (layout, weights, activation, graphs, graphs_in_budget, available))
     assert best is not None

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vllmctl.catalog.adapters import load_adapter_configs
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
@@ -21,9 +22,11 @@ from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
+from vllmctl.runner.lora_plans import with_lora_choice
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
 from vllmctl.runner.staging import local_models
+from vllmctl.tasks.adapters import staged_sources
 from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, api_key_secret
 from vllmctl.transport import SshTransport
 
@@ -88,7 +91,8 @@ def host_contexts(
     the hosts will receive; read-only commands pass False and never hash a model folder."""
     local: dict[str, list[dict[str, Any]] | None] = {}
     if stage_models:
-        sources = [m.source for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        served = [m for m in inventory.models.values() if set(m.hosts) & set(hosts)]
+        sources = [s for m in served for s in (m.source, *staged_sources(m))]
         sources += [
             str(inventory.hosts[n].vars["engine_wheelhouse"])
             for n in hosts
@@ -150,13 +154,15 @@ def load_model_archs(inv: Inventory, online: bool) -> tuple[dict[str, ModelArch]
     """Architectures by model source, and for the ones that cannot be loaded, the error saying why."""
     archs: dict[str, ModelArch] = {}
     failures: dict[str, VllmctlError] = {}
-    for model in inv.models.values():
-        if model.source in archs or model.source in failures:
+    wanted = [(m.source, m.revision) for m in inv.models.values()]
+    wanted += [(s.model, s.revision) for m in inv.models.values() if (s := m.speculative) and s.model]
+    for source, revision in wanted:
+        if source in archs or source in failures:
             continue
         try:
-            archs[model.source] = load_arch(model.source, model.revision, online=online)
+            archs[source] = load_arch(source, revision, online=online)
         except VllmctlError as exc:
-            failures[model.source] = exc
+            failures[source] = exc
     return archs, failures
 
 
@@ -197,7 +203,7 @@ def fleet_plan(
 ) -> InventoryPlan:
     """The plan commands act on: architectures from the catalog, local directories, or the hub if online."""
     archs, _ = load_model_archs(inv, online=online)
-    return plan_inventory(inv, gpu_facts, archs)
+    return plan_inventory(inv, gpu_facts, archs, adapters=load_adapter_configs(inv.models.values(), online))
 
 
 def gpu_entries(inv: Inventory, plan: InventoryPlan) -> InventoryPlan:
@@ -251,7 +257,8 @@ def deployment_plans(
     line (exit 2); a GPU deployment with no plan that fits raises PlanError (exit 1).
     """
     archs = load_model_archs(inv, online=online)[0] if archs is None else archs
-    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs, resources))
+    adapters = load_adapter_configs(inv.models.values(), online=online)
+    planned = gpu_entries(inv, plan_inventory(inv, gpu_facts, archs, resources, adapters))
     wanted = InventoryPlan(tuple(e for e in planned.entries if e.host in hosts))
     raise_refused(inv, wanted.entries)
     wanted.raise_for_failures()
@@ -262,7 +269,7 @@ def deployment_plans(
         args = cpu.engine_args(given)
         if host in hosts and args != given:  # no decision of its own: the unit stays as the inventory says
             plans.setdefault(host, {})[name] = ModelPlan(args, (Replica(0, cpu.port),))
-    return plans
+    return with_lora_choice(inv, hosts, plans, adapters)
 
 
 def model_plans(plan: InventoryPlan) -> dict[str, dict[str, ModelPlan]]:

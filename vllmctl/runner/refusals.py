@@ -30,6 +30,9 @@ def _flag_path(doc_data: object, model: str, flag: str) -> FieldPath:
                 return ("models", model, "engine_args", str(key))
     if isinstance(body, dict) and flag in body:
         return ("models", model, flag)
+    declared = {"speculative_config": "speculative", "max_lora_rank": "adapters", "max_loras": "adapters"}
+    if isinstance(body, dict) and declared.get(flag) in body:  # flags the model's own keys render
+        return ("models", model, declared[flag])
     return ("models", model)
 
 

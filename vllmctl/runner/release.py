@@ -51,6 +51,7 @@ from vllmctl.releases.kv import (
 from vllmctl.runner.engine_watch import smoke_bench, wait_for_health, watch_units
 from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
+from vllmctl.tasks.adapters import served_extras
 from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
 from vllmctl.transport.target import http_address
 
@@ -109,6 +110,7 @@ def desired_manifest(ctx: HostContext, opts: GateOptions) -> Manifest:
             "ports": [r.port for r in plan.replicas],
             "venv": venv_path(engine),
             "slo": dict(model.slo),
+            **served_extras(model),
         }
         plans[model.name] = {"engine_args": dict(plan.engine_args), "replicas": len(plan.replicas)}
     engine = ctx.host.engine

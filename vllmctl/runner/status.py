@@ -5,7 +5,7 @@ server over HTTP, scraped twice `interval_s` apart so rates and advice have evid
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,7 +32,16 @@ HTTP_TIMEOUT_S = 5.0
 CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"
 
 
-def scrape(client: httpx.Client, endpoint: Endpoint) -> Scrape:
+def served_adapters(client: httpx.Client, endpoint: Endpoint) -> tuple[str, ...] | None:
+    """The LoRA adapters a replica's /v1/models lists (the entries with a parent model); None: no answer."""
+    try:
+        listed = client.get(f"{endpoint.base_url}/v1/models").raise_for_status().json()
+        return tuple(sorted(str(m["id"]) for m in listed["data"] if m.get("parent")))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+def scrape(client: httpx.Client, endpoint: Endpoint, adapters: bool = False) -> Scrape:
     try:
         healthy = client.get(f"{endpoint.base_url}/health").status_code == 200
         response = client.get(f"{endpoint.base_url}/metrics")
@@ -44,7 +53,7 @@ def scrape(client: httpx.Client, endpoint: Endpoint) -> Scrape:
     except VllmctlError as exc:
         return Scrape(healthy, None, exc.message)
     metrics = by_model.get(endpoint.model) or next(iter(by_model.values()), None)
-    return Scrape(healthy, metrics)
+    return Scrape(healthy, metrics, adapters=served_adapters(client, endpoint) if adapters else None)
 
 
 def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[str, dict[str, Any]]:
@@ -57,12 +66,13 @@ def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[
     return on_each_host(contexts, one, forks=DEFAULT_FORKS)
 
 
-def scrape_all(endpoints: Sequence[Endpoint]) -> list[Scrape]:
+def scrape_all(endpoints: Sequence[Endpoint], with_adapters: Collection[str] = ()) -> list[Scrape]:
+    """One scrape per endpoint; the models in `with_adapters` also have their /v1/models read."""
     with (
         httpx.Client(timeout=HTTP_TIMEOUT_S) as client,
         ThreadPoolExecutor(max_workers=max(1, min(32, len(endpoints)))) as pool,
     ):
-        return list(pool.map(lambda e: scrape(client, e), endpoints))
+        return list(pool.map(lambda e: scrape(client, e, e.model in with_adapters), endpoints))
 
 
 def collect(
@@ -88,7 +98,7 @@ def collect(
         time.sleep(interval_s / (max(samples, 2) - 1))
         between.append(scrape_all(endpoints))
     time.sleep(interval_s / (max(samples, 2) - 1))
-    last = scrape_all(endpoints)
+    last = scrape_all(endpoints, [m.name for m in inv.models.values() if m.adapters])
     dt_s = time.monotonic() - started
     return build_statuses(inv, endpoints, facts, plan, first, last, dt_s, between)
 

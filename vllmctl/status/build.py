@@ -22,6 +22,7 @@ class Scrape:
     healthy: bool | None
     metrics: EngineMetrics | None
     error: str = ""
+    adapters: tuple[str, ...] | None = None  # LoRA adapters /v1/models lists; None: not asked or no answer
 
 
 def build_statuses(
@@ -77,6 +78,7 @@ def build_statuses(
                 planned_kv_tokens=predicted if predicted is not None else _planned_tokens(deployment),
                 measured_kv_tokens=measured,
                 error=latest.error if latest.metrics is None else "",
+                adapters=last.adapters,
             )
         )
     return statuses

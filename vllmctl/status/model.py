@@ -101,6 +101,7 @@ class ModelStatus:
     error: str = ""  # why nothing more is known, e.g. "unreachable: connection timed out"
     notes: tuple[str, ...] = ()
     group: ClusterState | None = None  # a multi-node model: its Ray cluster, this entry being the head's
+    adapters: tuple[str, ...] | None = None  # the LoRA adapters the replica serves (its /v1/models)
 
     @property
     def kv_tokens(self) -> int | None:

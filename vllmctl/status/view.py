@@ -80,7 +80,7 @@ def status_row(status: ModelStatus) -> dict[str, str]:
     m, r = status.metrics, status.rates
     return {
         "host": f"{status.host} (group {status.group.group})" if status.group else status.host,
-        "model": status.model,
+        "model": f"{status.model} +{','.join(status.adapters)}" if status.adapters else status.model,
         "port": str(status.port),
         "service": _service(status),
         "release": status.release or MISSING,
@@ -193,6 +193,7 @@ def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
                 "off_plan": s.kv_off_plan,
             },
             "notes": list(s.notes),
+            "adapters": list(s.adapters) if s.adapters is not None else None,
             "group": {**s.group.to_json(), "problems": s.group.problems()} if s.group else None,
         }
         for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port))

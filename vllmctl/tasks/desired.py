@@ -25,6 +25,7 @@ from vllmctl.paths import (
 )
 from vllmctl.render import quoting
 from vllmctl.render.templates import engine_flags, render_template
+from vllmctl.tasks.adapters import serving_args
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ def exec_argv(model: ModelDeployment, engine: EngineSpec, plan: ModelPlan, repli
         head += ["--revision", model.revision]
     if model.max_model_len and "max_model_len" not in plan.engine_args:
         head += ["--max-model-len", str(model.max_model_len)]
-    return head + _flags(engine.name, plan.engine_args)
+    implied = {k: v for k, v in serving_args(model).items() if k not in plan.engine_args}
+    return head + _flags(engine.name, {**plan.engine_args, **implied})
 
 
 def _flags(engine: str, engine_args: Mapping[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
 from vllmctl.paths import WHEELHOUSE_DIR
 from vllmctl.render.quoting import venv_dir_name
+from vllmctl.tasks.adapters import staging_calls
 from vllmctl.tasks.desired import (
     HostContext,
     OpCall,
@@ -111,6 +112,9 @@ def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
                 "size_mib": float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0)),
             }
             calls.append(OpCall("model_download", args))
+        hub = {"venv": venv_path(ctx.engine(model)), "env_file": env_path(model.name)}
+        extras = staging_calls(model, lambda source: local_files(ctx, source), hub)
+        calls += [OpCall(op, args) for op, args in extras]
     return calls
 
 

@@ -191,3 +191,21 @@ def test_validate_checks_the_controller_unless_told_not_to(
     assert f"  hint: chmod 600 {keys}/id\n" in err and "Traceback" not in err
     assert main(["validate", "inv.yml", "--no-controller-checks"]) == 0
     assert stat.S_IMODE((keys / "id").stat().st_mode) == 0o604  # validate never changes a file
+
+
+def test_adapter_and_draft_folders_obey_the_model_folder_rules(workdir: Path, keys: Path) -> None:
+    adapter, draft = workdir / "lora" / "sql", workdir / "drafts" / "eagle"
+    for folder in (adapter, draft):
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)
+    text = inventory(keys) + (
+        "models:\n  m:\n    source: org/m\n    hosts: a\n"
+        f"    adapters: [{{name: sql, source: {adapter}}}]\n"
+        f"    speculative: {{method: eagle, model: {draft}, num_speculative_tokens: 3}}\n"
+    )
+    found = problems(workdir, text)
+    assert [line.split(": ")[1] for line in found] == [
+        "models.m.adapters[0].source",
+        "models.m.speculative.model",
+    ]
+    assert all("is world-writable" in line for line in found)

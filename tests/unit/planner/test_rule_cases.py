@@ -18,6 +18,7 @@ from vllmctl.planner import DeploymentRequest, plan_deployment
 from vllmctl.planner.rules import RULES, refusals
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.tuning import normalize_args
+from vllmctl.planner.types import LoraRequest
 from vllmctl.planner.vllm_base import with_explicit_quantization
 from vllmctl.planner.vllm_guard import RefusedFlagsError
 
@@ -50,6 +51,8 @@ def _request(case: dict[str, Any]) -> DeploymentRequest:
         nodes=int(case.get("nodes", 1)),
         host=HostResources(**case.get("host", {})),
         allow_long_max_model_len=bool(case.get("allow_long_max_model_len", False)),
+        lora=LoraRequest(tuple(case["adapter_ranks"])) if case.get("adapter_ranks") else None,
+        draft=load_arch(case["draft_model"], online=False) if case.get("draft_model") else None,
     )
 
 

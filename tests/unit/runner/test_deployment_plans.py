@@ -54,3 +54,27 @@ def test_a_deployment_that_cannot_fit_stops_apply_before_any_host() -> None:
         deployment_plans(load_inventory(inventory), ["l4-01"], online=False)
     assert "l4-01/llama-70b: " in caught.value.message
     assert "does not fit on 1x L4" in caught.value.message
+
+
+def test_speculative_and_lora_reach_the_unit_and_a_refusal_points_at_speculative(tmp_path: Path) -> None:
+    from vllmctl.errors import InputError
+
+    text = (
+        "vllmctl: 1\nhosts:\n  g: {address: 10.0.0.1, gpus: {model: H100-80GB, count: 1}}\nmodels:\n"
+        "  llama:\n    source: meta-llama/Llama-3.1-8B\n    hosts: g\n    max_model_len: 8192\n"
+        "    adapters: [{name: sql, source: acme/sql-lora}]\n"
+        "    speculative: {method: METHOD, model: meta-llama/Llama-3.2-1B, num_speculative_tokens: 3}\n"
+    )
+    path = tmp_path / "inv.yml"
+    path.write_text(text.replace("METHOD", "eagle"))
+    inv = load_inventory(path)
+    plans = deployment_plans(inv, ["g"], online=False)
+    ctx = host_contexts(inv, ["g"], {}, plans, stage_models=False)["g"]
+    unit = render_unit(ctx, ctx.models()[0], ctx.plan(ctx.models()[0]).replicas[0])
+    assert "--max-loras 1 --max-lora-rank 16" in unit and "--enable-lora --lora-modules" in unit
+    assert unit.count("--speculative-config") == 1 and "eagle" in unit
+    path.write_text(text.replace("METHOD", "draft_model"))
+    with pytest.raises(InputError) as caught:
+        deployment_plans(load_inventory(path), ["g"], online=False)
+    assert "inv.yml:10:5: models.llama.speculative:" in caught.value.render()
+    assert "Speculative decoding with draft model is not supported yet." in caught.value.render()

@@ -76,6 +76,19 @@ def test_scrape_reads_health_and_metrics_over_http(server: str) -> None:
     assert "ConnectError" in down.error
 
 
+def test_status_lists_the_adapters_a_replica_serves(inventory: Path, server: str) -> None:
+    from vllmctl.status.view import status_json, status_rows
+
+    inv = load_inventory(inventory)
+    endpoint = Endpoint("a", "tiny", 0, server)
+    asked, plain = scrape_all([endpoint], with_adapters={"tiny"}), scrape_all([endpoint])
+    assert (asked[0].adapters, plain[0].adapters) == (("alpha", "beta"), None)
+    facts = {"a": {"facts": {"units": {}, "releases": {}}}}
+    statuses = build_statuses(inv, [endpoint], facts, InventoryPlan(()), asked, asked, 1.0)
+    assert status_json(statuses)["entries"][0]["adapters"] == ["alpha", "beta"]
+    assert status_rows(statuses)[0]["model"] == "tiny +alpha,beta"
+
+
 def test_status_json_is_machine_readable(inventory: Path, server: str) -> None:
     from vllmctl.status.view import status_json
 

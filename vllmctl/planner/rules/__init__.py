@@ -10,9 +10,10 @@ from dataclasses import replace
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
-from vllmctl.planner.rules import device, memory, parallel, quantized, scheduler
+from vllmctl.planner.rules import adapters, device, memory, parallel, quantized, scheduler
 from vllmctl.planner.rules.base import HostResources, Refusal, Rule, RuleInput
 from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.versions import V1_DEFAULT_SINCE
 from vllmctl.planner.vllm_memory import MemoryBreakdown
 
 TP = "tensor_parallel_size"
@@ -88,6 +89,33 @@ RULES: tuple[Rule, ...] = (
     Rule("max-model-len-within-derived", "max_model_len at most the model's derived length, unless "
          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "vllm/config/model.py:1867-1911 (_get_and_verify_max_len)",
          ("max_model_len",), scheduler.max_model_len_within_derived),
+    Rule("lora-rank-supported", "max_lora_rank is one of the ranks vLLM's LoRA kernels support",
+         "vllm/config/lora.py:104-109 (LoRAConfig.__post_init__)", ("max_lora_rank",),
+         adapters.lora_rank_supported),
+    Rule("lora-adapters-within-max-rank", "every declared adapter's rank at most max_lora_rank",
+         "vllm/lora/peft_helper.py:113-122 (PEFTHelper.validate_legal)", ("max_lora_rank",),
+         adapters.adapters_within_rank),
+    Rule("lora-slots", "max_loras at least 1 and max_cpu_loras at least max_loras",
+         "vllm/config/lora.py:114-121 (LoRAConfig.__post_init__)", ("max_loras", "max_cpu_loras"),
+         adapters.cpu_loras_cover_gpu_loras),
+    Rule("speculative-draft-model-method", "a separate draft model (method draft_model) is not run by the V1 "
+         "engine", "vllm/config/speculative.py:345-353 (SpeculativeConfig.__post_init__)",
+         ("speculative_config",), adapters.draft_model_method_runs, since=V1_DEFAULT_SINCE,
+         version_note="the V0 engine ran draft models until it was removed"),
+    Rule("speculative-mtp-targets", "method mtp only for models with MTP layers vLLM loads (DeepSeek-V3, "
+         "MiMo, GLM-4 MoE, ERNIE 4.5 MoE, Qwen3-Next, LongCat-Flash)",
+         "vllm/config/speculative.py:148-200 (hf_config_override), 345-353 (the draft-model fallback)",
+         ("speculative_config",), adapters.mtp_target_has_mtp_layers, since=V1_DEFAULT_SINCE),
+    Rule("speculative-draft-tp", "the draft's tensor_parallel_size is 1 or the target's",
+         "vllm/config/speculative.py:464-490 (_verify_and_get_draft_tp)", ("speculative_config", TP),
+         adapters.draft_tp_one_or_target),
+    Rule("speculative-eagle3-targets", "EAGLE-3 only for Llama, Qwen, MiniCPM and gpt-oss targets",
+         "vllm/config/speculative.py:540-547 (SpeculativeConfig._verify_args)", ("speculative_config",),
+         adapters.eagle3_target_supported, since=(0, 10, 0)),
+    Rule("speculative-draft-vocab", "the draft (or draft head) has the target's vocabulary",
+         "vllm/v1/spec_decode/eagle.py:860-880 (the head's embedding and lm_head are the target's or load in "
+         "its shape); V0 spec_decode/spec_decode_worker.py (_vocab_size asserts equal sizes)",
+         ("speculative_config",), adapters.draft_vocab_matches),
     Rule("kv-cache-has-memory", "memory left for KV blocks after weights, activations and the rest",
          "vllm/v1/core/kv_cache_utils.py:697-701 (check_enough_kv_cache_memory)",
          ("gpu_memory_utilization", TP), memory.kv_has_memory, needs_memory=True),

@@ -1,0 +1,63 @@
+"""GPU memory of LoRA slots and of a speculative draft, pure, per GPU: what vLLM allocates beside the weights
+(vllm/lora/models.py LoRAModelManager; v1/worker/gpu_model_runner.py loading the drafter)."""
+
+from __future__ import annotations
+
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
+from vllmctl.planner.weights import stage_weight_bytes
+
+ROW_PARALLEL = frozenset({"o_proj", "down_proj"})  # input split by TP: LoRA A is split, B is whole
+# Models whose vLLM class lists embed_tokens and lm_head as LoRA embedding modules (llama.py:493-497; Qwen2
+# and Qwen3 list none): those get embedding and logits slots too, with 256 extra vocabulary rows.
+EMBEDDING_LORA_TYPES = frozenset({"llama", "mistral"})
+EXTRA_VOCAB = 256  # LoRAConfig.lora_extra_vocab_size
+VOCAB_PADDING = 256  # the CUDA platform's lora_vocab_padding_size
+
+
+def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
+    """(in features, out features) of each decoder-layer projection LoRA can target."""
+    hidden, head_dim = arch.hidden_size, arch.head_dim
+    inter = (
+        arch.moe_intermediate_size if arch.is_moe and not arch.intermediate_size else arch.intermediate_size
+    )
+    return {
+        "q_proj": (hidden, arch.num_heads * head_dim),
+        "k_proj": (hidden, arch.num_kv_heads * head_dim),
+        "v_proj": (hidden, arch.num_kv_heads * head_dim),
+        "o_proj": (arch.num_heads * head_dim, hidden),
+        "gate_proj": (hidden, inter),
+        "up_proj": (hidden, inter),
+        "down_proj": (inter, hidden),
+    }
+
+
+def lora_slot_bytes(arch: ModelArch, lora: LoraSettings, dtype_bytes: int, tp: int = 1, pp: int = 1) -> float:
+    """The stacked A/B buffers of `max_loras` slots of `max_lora_rank` on one GPU, in the LoRA dtype (the
+    model's). vLLM gives every LoRA-capable layer a slot whatever the adapters target (lora/models.py:606,
+    `_match_target_modules` reads the model's supported modules): per projection per layer rank × in +
+    out × rank, the parallel side split by TP; plus the embedding and logits slots where the model has them
+    (vocal_parallel_embedding.py:50-76, logits_processor.py:91-110)."""
+    per_layer = 0.0
+    rank = lora.max_lora_rank
+    for name, (in_features, out_features) in module_shapes(arch).items():
+        if name in ROW_PARALLEL:
+            per_layer += rank * in_features / tp + out_features * rank
+        else:
+            per_layer += rank * in_features + out_features * rank / tp
+    layers = -(-arch.num_layers // pp)
+    per_slot = per_layer * layers
+    if arch.model_type in EMBEDDING_LORA_TYPES:
+        hidden, vocab = arch.hidden_size, arch.vocab_size
+        padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+        per_slot += EXTRA_VOCAB * hidden + (vocab + EXTRA_VOCAB) * rank + hidden * rank  # embedding
+        per_slot += rank * hidden + padded * rank  # logits (lm_head)
+    return per_slot * lora.max_loras * dtype_bytes
+
+
+def draft_weight_bytes(spec: SpeculativeSettings, target_tp: int) -> float:
+    """The draft model's (or head's) weights on one GPU at its TP (1 or the target's, vLLM's default)."""
+    if spec.draft is None:
+        return 0.0
+    tp = spec.draft_tp or target_tp
+    return float(stage_weight_bytes(spec.draft, tp, 1)[0])
