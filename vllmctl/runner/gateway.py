@@ -138,6 +138,23 @@ def ssh_gateway(inventory: Inventory, servers: list[Server], timeout_s: float) -
     return GatewayControl(inventory.gateway, servers, connect, timeout_s)
 
 
+def gateway_view(inventory: Inventory, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Per gateway host, what HAProxy says of each server (`servers`), or why it could not say (`error`)."""
+    guard = ssh_gateway(inventory, [], timeout_s)
+    if guard is None:
+        return {}
+    view: dict[str, dict[str, Any]] = {}
+    try:
+        for host in guard.gateway.hosts:
+            try:
+                view[host] = {"servers": {ref: s.to_json() for ref, s in guard.stats(host).items()}}
+            except VllmctlError as exc:
+                view[host] = {"error": exc.message}
+    finally:
+        guard.close()
+    return view
+
+
 def fleet_servers(inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]]) -> list[Server]:
     """Every server behind the gateway, from the plans of the hosts that serve its models."""
 

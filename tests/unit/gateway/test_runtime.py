@@ -42,3 +42,24 @@ def test_show_stat_rows_are_servers_only() -> None:
     assert (found["tiny/b-8000"].status, found["tiny/b-8000"].queued) == ("DRAIN", 1)
     assert found["tiny/c-8000"].check == "L4CON"
     assert parse_stat("") == {}
+
+
+def test_the_status_table_shows_each_server_and_an_unreachable_gateway() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from vllmctl.status.view import gateway_table
+
+    up = {"status": "UP", "sessions": 2, "queued": 0, "check": "L7OK"}
+    drain = {"status": "DRAIN", "sessions": 1, "queued": 0, "check": "L7OK"}
+    view = {"gw": {"servers": {"tiny/a-8000": up, "tiny/b-8000": drain}}, "gw2": {"error": "timed out"}}
+    out = StringIO()
+    Console(file=out, width=120, no_color=True).print(gateway_table(view))
+    lines = [line.split() for line in out.getvalue().splitlines()]
+    assert lines[0] == ["gateway", "model", "server", "state", "sessions", "queued", "check"]
+    assert lines[1:] == [
+        ["gw", "tiny", "a-8000", "UP", "2", "0", "L7OK"],
+        ["gw", "tiny", "b-8000", "DRAIN", "1", "0", "L7OK"],
+        ["gw2", "-", "-", "unreachable:", "timed", "out"],
+    ]
