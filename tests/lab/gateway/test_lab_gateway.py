@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -70,7 +71,10 @@ class Gateway:
         return subprocess.run(argv_, capture_output=True, text=True, timeout=timeout, env=env)
 
     def stats(self) -> dict[str, Any]:
-        return parse_stat(self.deployment.sh(self.host, SHOW_STAT.render()))
+        return parse_stat(self.root(self.host, SHOW_STAT.render()))
+
+    def root(self, host: Any, command: str) -> str:
+        return str(self.deployment.sh(host, f"sudo -n sh -c {shlex.quote(command)}"))
 
     def wait_status(self, wanted: str, servers: int, within_s: float) -> float:
         started = time.monotonic()
@@ -100,7 +104,7 @@ def gateway(deployment: Any) -> Iterator[Gateway]:
     try:
         yield found
     finally:
-        found.deployment.sh(found.host, "systemctl disable --now haproxy || true")
+        found.root(found.host, "systemctl disable --now haproxy || true")
         code, _, output = deployment.apply(deployment.state_dir / "deploy.yml")
         assert code == 0, output[-4000:]
 
@@ -129,7 +133,7 @@ class Stream:
 
 
 def stop_times(gateway: Gateway, host: Any, since: float) -> list[float]:
-    text = gateway.deployment.sh(host, f"journalctl -u vllmctl-{MODEL}-0.service -o short-unix --no-pager")
+    text = gateway.root(host, f"journalctl -u vllmctl-{MODEL}-0.service -o short-unix --no-pager")
     times = [float(line.split()[0]) for line in text.splitlines() if "Stopping " in line]
     return [t for t in times if t >= since]
 
@@ -182,7 +186,7 @@ def test_a_config_haproxy_refuses_is_never_switched_in(gateway: Gateway) -> None
     failed, result = outcomes[-1]
     assert failed.startswith("haproxy -c") and not result.ok, outcomes
     assert gateway.deployment.sh(gateway.host, f"sha256sum {HAPROXY_CONFIG}") == before
-    gateway.deployment.sh(gateway.host, f"rm -f {HAPROXY_CANDIDATE}")
+    gateway.root(gateway.host, f"rm -f {HAPROXY_CANDIDATE}")
     gateway.wait_status("UP", 2, within_s=10)
 
 
@@ -193,7 +197,10 @@ def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gate
         time.sleep(2)
         code, doc, output = gateway.deployment.apply(gateway.inventory("seqs3.yml", {"max_num_seqs": 3}))
         assert code == 0, output[-6000:]
-        rolled = gateway.vllmctl("rollback", str(gateway.inventory("gw.yml")), "--yes", "--json")
+        engines = ",".join(h.name for h in gateway.deployment.engine_hosts)
+        rolled = gateway.vllmctl(
+            "rollback", str(gateway.inventory("gw.yml")), "--limit", engines, "--yes", "--json"
+        )
         assert rolled.returncode == 0, rolled.stdout + rolled.stderr
         time.sleep(2)
     assert gateway.failures == [], gateway.failures[:5]
@@ -212,7 +219,7 @@ def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gate
 def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gateway) -> None:
     host = gateway.deployment.engine_hosts[0]
     gateway.wait_status("UP", 2, within_s=60)
-    gateway.deployment.sh(host, f"systemctl kill -s KILL vllmctl-{MODEL}-0.service")
+    gateway.root(host, f"systemctl kill -s KILL vllmctl-{MODEL}-0.service")
     took = gateway.wait_status("DOWN", 1, within_s=10)
     assert took <= 2 * CHECK_INTERVAL_S + 1.5
     with httpx.Client(trust_env=False) as client:
