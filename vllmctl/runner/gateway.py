@@ -63,9 +63,7 @@ class GatewayControl:
     def stats(self, gateway_host: str) -> dict[str, ServerStat]:
         return parse_stat(self._run(gateway_host, SHOW_STAT))
 
-    def _wait(
-        self, host: str, refs: list[str], done: Callable[[ServerStat], bool], limit_s: float
-    ) -> dict[str, Any]:
+    def _wait(self, refs: list[str], done: Callable[[ServerStat], bool], limit_s: float) -> dict[str, Any]:
         """Poll every gateway host until `done` holds for each of `refs` (a server it lacks counts done)."""
         started = self.clock()
         while True:
@@ -82,33 +80,37 @@ class GatewayControl:
             self.sleep(POLL_S)
 
     def drain(self, host: str) -> None:
+        """A gateway that cannot be reached (not installed yet, down) does not stop the rollout: it serves
+        nothing then; the failure is recorded in the host's events."""
         refs = self._refs(host)
         if not refs:
             return
         self._turn.acquire()  # released by ready(): one host of the fleet out of rotation at a time
         self._holder = host
+        event: dict[str, Any] = {"host": host, "servers": refs}
         try:
             answers = {gw: self._run(gw, set_state(refs, "drain")).strip() for gw in self.gateway.hosts}
-            idle = self._wait(
-                host, refs, lambda s: s.sessions == 0 and s.queued == 0, self.gateway.drain_timeout_s
-            )
-        except VllmctlError:
-            self._release()
-            raise
-        self.events.append({"host": host, "event": "drained", "time": self.clock(), "servers": refs,
-                            "answers": {gw: a for gw, a in answers.items() if a}, **idle})  # fmt: skip
+            event["answers"] = {gw: answer for gw, answer in answers.items() if answer}
+            idle = self._wait(refs, lambda s: s.sessions == 0 and s.queued == 0, self.gateway.drain_timeout_s)
+            event.update({"event": "drained", **idle})
+        except VllmctlError as exc:
+            event.update({"event": "drain failed", "error": exc.message})
+        self.events.append({**event, "time": self.clock()})
 
     def ready(self, host: str) -> None:
         refs = self._refs(host)
         if not refs or self._holder != host:
             return
+        event: dict[str, Any] = {"host": host, "servers": refs}
         try:
             for gw in self.gateway.hosts:
                 self._run(gw, set_state(refs, "ready"))
             limit = max(UP_WAIT_MIN_S, 10 * self.gateway.check_interval_s)
-            up = self._wait(host, refs, lambda s: s.status.startswith("UP"), limit)
-            self.events.append({"host": host, "event": "ready", "time": self.clock(), "servers": refs, **up})
+            event.update({"event": "ready", **self._wait(refs, lambda s: s.status.startswith("UP"), limit)})
+        except VllmctlError as exc:
+            event.update({"event": "ready failed", "error": exc.message})
         finally:
+            self.events.append({**event, "time": self.clock()})
             self._release()
 
     def _release(self) -> None:

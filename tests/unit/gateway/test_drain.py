@@ -141,3 +141,17 @@ def test_the_runner_drains_before_the_first_restart_and_readies_after_the_gate()
     log.clear()
     run()  # converged: nothing restarts, nothing is drained
     assert log == ["gate a"]
+
+
+def test_an_unreachable_gateway_is_recorded_and_does_not_stop_the_rollout() -> None:
+    class Down(FakeGateway):
+        def execute(self, action: Any, timeout: float) -> Result:
+            return Result("", "socat: No such file or directory", 1)
+
+    guard = control(Down([]))
+    guard.drain("a")
+    guard.ready("a")
+    assert [e["event"] for e in guard.events] == ["drain failed", "ready failed"]
+    assert "No such file" in guard.events[0]["error"]
+    guard.drain("b")  # the turn was given back
+    guard.ready("b")
