@@ -153,6 +153,12 @@ def test_the_gateway_serves_through_both_replicas_and_a_converged_fleet_changes_
     backends = {ref.split("/")[1] for ref in gateway.stats()}
     assert backends == {f"{h.name}-8000" for h in gateway.deployment.engine_hosts}
 
+    bench = gateway.vllmctl("bench", str(gateway.inventory("gw.yml")), "--gateway", "--concurrency", "2",
+                            "--requests", "6", "--output-tokens", "8", "--json")  # fmt: skip
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    (endpoint,) = json.loads(bench.stdout)["endpoints"]
+    assert endpoint["host"] == gateway.host.name and endpoint["levels"][0]["completed"] == 6, endpoint
+
     code, doc, output = gateway.deployment.apply(gateway.inventory("gw.yml"), "--check", "--diff")
     planned = [s for h in doc["hosts"].values() for s in h["steps"] if s["status"] == "planned"]
     assert code == 0 and not planned, json.dumps(planned, indent=1)

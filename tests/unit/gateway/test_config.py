@@ -77,3 +77,16 @@ def test_an_unsafe_address_stops_the_render() -> None:
     hosts = {**inventory.hosts, "a": _host("a", "10.0.0.1 backup")}
     with pytest.raises(QuotingError):
         render_config(replace(inventory, hosts=hosts), two_on_b)
+
+
+def test_bench_can_target_each_model_through_the_gateway() -> None:
+    from vllmctl.bench.endpoints import gateway_endpoints
+    from vllmctl.errors import InputError
+
+    found = gateway_endpoints(_inventory())
+    assert [(e.host, e.model, e.base_url) for e in found] == [("gw", "tiny", "http://10.0.0.9:9100")]
+    tls = gateway_endpoints(_inventory(tls=TlsFiles("/c", "/k")))
+    assert tls[0].base_url == "https://10.0.0.9:9100"
+    assert gateway_endpoints(_inventory(), ["other"]) == []
+    with pytest.raises(InputError):
+        gateway_endpoints(replace(_inventory(), gateway=None))
