@@ -134,7 +134,7 @@ class Stream:
 
 def stop_times(gateway: Gateway, host: Any, since: float) -> list[float]:
     text = gateway.root(host, f"journalctl -u vllmctl-{MODEL}-0.service -o short-unix --no-pager")
-    times = [float(line.split()[0]) for line in text.splitlines() if "Stopping " in line]
+    times = [float(line.split()[0]) for line in text.splitlines() if " systemd[1]: Stopping " in line]
     return [t for t in times if t >= since]
 
 
