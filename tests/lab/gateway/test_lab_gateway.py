@@ -110,15 +110,16 @@ def gateway(deployment: Any) -> Iterator[Gateway]:
 
 
 class Stream:
-    """A client sending streamed completions through the gateway back to back until stopped."""
+    """A client sending streamed completions through the gateway, one after another, until stopped. Paced:
+    an engine kept busy on these 2-core machines starves the other one's start (its kernels compile)."""
 
-    def __init__(self, gateway: Gateway, clients: int = 2) -> None:
-        self.gateway, self.stop = gateway, threading.Event()
+    def __init__(self, gateway: Gateway, clients: int = 1, pause_s: float = 0.5) -> None:
+        self.gateway, self.stop, self.pause_s = gateway, threading.Event(), pause_s
         self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
 
     def _loop(self) -> None:
         with httpx.Client(trust_env=False) as client:
-            while not self.stop.is_set():
+            while not self.stop.wait(self.pause_s):
                 self.gateway.complete(client)
 
     def __enter__(self) -> Stream:
