@@ -19,6 +19,20 @@ vllmctl lab list --json | python3 -c 'import json,sys; sys.exit(0 if any(f["name
   || vllmctl lab up --name demo --hosts 2 --gpus 8xH100-80GB,2xL40S --inventory "$inventory"
 
 vllmctl lab check --name demo
+# one endpoint for the model: an HAProxy gateway on the first host in front of both replicas (docs/gateway.md)
+gateway_url=$(python3 - "$inventory" <<'PY'
+import sys, yaml
+path = sys.argv[1]
+text = open(path).read()
+doc = yaml.safe_load(text)
+first = next(iter(doc["hosts"]))
+model = next(iter(doc["models"]))
+if "gateway" not in doc:
+    gateway = {"gateway": {"hosts": [first], "models": {model: {"port": 9100}}, "metrics_port": 8405}}
+    open(path, "a").write(yaml.safe_dump(gateway, sort_keys=False))
+print(f"http://{doc['hosts'][first]['address']}:9100/v1")
+PY
+)
 vllmctl validate "$inventory"
 vllmctl facts "$inventory"
 vllmctl apply "$inventory" --yes        # driver, engine venv, model, units, start, health, smoke-bench gate
@@ -26,5 +40,6 @@ vllmctl apply "$inventory" --check      # a second run has nothing left to do
 vllmctl status "$inventory"
 vllmctl bench "$inventory" --concurrency 1,4 --requests 16
 echo
+echo "One endpoint for the model, through the gateway: $gateway_url (e.g. curl $gateway_url/models)"
 echo "The demo fleet is still up: try 'vllmctl history $inventory' or 'vllmctl status $inventory --watch'."
 echo "Tear it down with: make demo-down"

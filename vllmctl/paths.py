@@ -28,6 +28,13 @@ UNIT_GLOB = f"{UNIT_PREFIX}*"
 SERVICE_USER = "vllm"
 WAIT_HEALTHY_HELPER = f"{BIN_DIR}/wait-healthy.py"
 HUB_DOWNLOAD_HELPER = f"{BIN_DIR}/hub-download.py"
+# the gateway: HAProxy from the distribution's packages, its config where the package's unit reads it
+HAPROXY_CONFIG = "/etc/haproxy/haproxy.cfg"
+HAPROXY_CANDIDATE = "/etc/haproxy/haproxy.cfg.vllmctl-candidate"  # `haproxy -c` checks it first
+HAPROXY_FILES_DIR = "/etc/haproxy/vllmctl"  # API keys to check (0600), TLS certificate and key
+HAPROXY_ADMIN_SOCKET = "/run/haproxy/admin.sock"  # the runtime API: drain, ready, show stat
+HAPROXY_STATE_FILE = "/var/lib/haproxy/vllmctl-server-state"  # drain/ready kept across a reload
+HAPROXY_UNIT = "haproxy.service"
 MANAGED_DIRS = (ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, OPT_DIR, VENVS_DIR)
 
 

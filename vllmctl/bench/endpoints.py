@@ -76,3 +76,21 @@ def endpoints_for(
                 url = _url(address_of(host), model.port + index)
                 found.append(Endpoint(host_name, model.name, index, url, model.source))
     return found
+
+
+def gateway_endpoints(
+    inventory: Inventory, models: Sequence[str] = (), address_of: Callable[[Host], str] = lambda h: h.address
+) -> list[Endpoint]:
+    """One endpoint per gateway host and model behind it: what clients of the fleet call (docs/gateway.md)."""
+    gateway = inventory.gateway
+    if gateway is None:
+        raise InputError("--gateway: the inventory has no gateway", "add `gateway:` (docs/gateway.md)")
+    found = []
+    for host in gateway.hosts:
+        for name, port in gateway.ports.items():
+            if not models or name in models:
+                url = _url(address_of(inventory.hosts[host]), port)
+                if gateway.tls is not None:
+                    url = "https://" + url.removeprefix("http://")
+                found.append(Endpoint(host, name, 0, url, inventory.models[name].source))
+    return found

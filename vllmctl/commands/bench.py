@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from vllmctl.bench.endpoints import Endpoint, endpoints_for
+from vllmctl.bench.endpoints import Endpoint, endpoints_for, gateway_endpoints
 from vllmctl.bench.prompts import load_tokenizer
 from vllmctl.bench.report import EndpointReport, LoadSpec, check_report
 from vllmctl.bench.smoke import benchmark_endpoint
@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--api-key-env", metavar="VAR", help="with --url: environment variable holding the endpoint's API key"
     )
     parser.add_argument("--model", help="comma list of inventory model names (default: all)")
+    parser.add_argument(
+        "--gateway", action="store_true", help="benchmark each model through the inventory's gateway"
+    )
     options.add_limit(parser)
     parser.add_argument("--concurrency", default="1,4,16", help="comma list of levels (default 1,4,16)")
     parser.add_argument("--requests", type=int, help="requests per level (default 4 per slot, at least 8)")
@@ -115,7 +118,10 @@ def _targets(args: argparse.Namespace) -> Targets:
 
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]
-    found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), http_address)
+    if args.gateway:
+        found = gateway_endpoints(inv, models, http_address)
+    else:
+        found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), http_address)
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
     slos = {name: dict(model.slo) for name, model in inv.models.items()}

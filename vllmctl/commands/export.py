@@ -61,6 +61,11 @@ def service_discovery(
             }
             targets = [_hostport(host.address, replica.port) for replica in replicas]
             groups.append({"targets": targets, "labels": labels})
+    gateway = inventory.gateway
+    if gateway is not None and gateway.metrics_port is not None:  # HAProxy's exporter, also on /metrics
+        for name in gateway.hosts:
+            target = _hostport(inventory.hosts[name].address, gateway.metrics_port)
+            groups.append({"targets": [target], "labels": {"job": JOB, "host": name, "component": "gateway"}})
     return groups
 
 

@@ -18,8 +18,9 @@ from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
 from vllmctl.runner import status as status_flow
 from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
+from vllmctl.runner.gateway import gateway_view
 from vllmctl.status.model import ModelStatus
-from vllmctl.status.view import findings, status_json, status_screen, status_table
+from vllmctl.status.view import findings, gateway_table, status_json, status_screen, status_table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,10 +81,13 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
                 statuses = status_flow.watch(gather, _show_round(args, ui, live), args.every)
     else:
         statuses = status_flow.gather(inv, hosts, plan, args.model, args.interval, args.timeout)
+        gateway = gateway_view(inv, args.timeout)
         if args.json:
-            ui.json(status_json(statuses))
+            ui.json({**status_json(statuses), **({"gateway": gateway} if gateway else {})})
         else:
             ui.table(status_table(statuses))
+            if gateway:
+                ui.table(gateway_table(gateway))
             for line in findings(statuses):
                 ui.info(line)
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE

@@ -86,6 +86,11 @@ _UNIT_KEYS = {
 }
 
 
+def services_command(args: tuple[str, ...]) -> str:
+    """The same properties for units vllmctl does not own (a distribution's haproxy.service)."""
+    return f"systemctl show -p {','.join(_UNIT_KEYS)},Id -- {quoted_words(args)}; true"
+
+
 def show_blocks(output: str) -> list[dict[str, str]]:
     """`systemctl show -p ... UNIT...` output: one property dict per unit (blocks split by blank lines)."""
     blocks = [block for block in output.strip().split("\n\n") if block.strip()]
@@ -207,6 +212,7 @@ def parse_venvs(output: str, exit_code: int) -> dict[str, dict[str, Any]]:
 PATHS = Fact("paths", paths_command, parse_paths, needs_args=True)
 USERS = Fact("users", users_command, parse_users, needs_args=True)
 UNITS = Fact("units", fixed(UNITS_COMMAND), parse_units)
+SERVICES = Fact("services", services_command, parse_units, needs_args=True)
 UNIT_FILES = Fact("unit_files", fixed(UNIT_FILES_COMMAND), parse_unit_files)
 APPLIED = Fact("applied", fixed(APPLIED_COMMAND), parse_applied)
 RELEASES = Fact("releases", fixed(RELEASES_COMMAND), parse_releases)

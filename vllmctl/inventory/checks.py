@@ -1,6 +1,6 @@
 """Semantic checks the schema cannot express, run in order over one inventory: names, engine args and GPU fit,
-adapters and speculative decoding, multi_node groups, hosts, env names, ports, and (when asked) the
-controller's own files."""
+adapters and speculative decoding, multi_node groups, hosts, env names, ports, the gateway, and (when asked)
+the controller's own files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from vllmctl.inventory.clusters import check_clusters
 from vllmctl.inventory.controller import check_controller
 from vllmctl.inventory.engine_checks import check_engine_args, check_gpu_fit
 from vllmctl.inventory.env_checks import check_env
+from vllmctl.inventory.gateway_checks import check_gateway
 from vllmctl.inventory.host_checks import check_hosts, check_names
 from vllmctl.inventory.ports import check_ports
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
@@ -29,6 +30,7 @@ def run_checks(checker: Checker) -> Resolved:
     check_hosts(checker)
     check_env(checker)
     check_ports(checker)
+    check_gateway(checker)
     if checker.files is not None:
         check_controller(checker, checker.files)
     return checker.resolved

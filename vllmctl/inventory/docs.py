@@ -142,6 +142,7 @@ SECTIONS = [
     ("`{secret: NAME}` references", "#/$defs/secret_ref"),
     ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),
     ("`releases`", "#/$defs/releases"),
+    ("`gateway`", "#/$defs/gateway"),
 ]
 ANCHORS = {ref: title for title, ref in SECTIONS if ref}
 

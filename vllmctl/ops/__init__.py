@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from vllmctl.ops.base import Action, Command, FileChange, Operation, OpError, Step, Upload, sha256_text
 from vllmctl.ops.files import DIRECTORY, ENV_FILE, FILE, SYSTEMD_UNIT
+from vllmctl.ops.gateway import GATEWAY_CONFIG
 from vllmctl.ops.provision import PROVISION_OPERATIONS
 from vllmctl.ops.system import PYTHON_VENV, SERVICE, SERVICE_USER
 
 OPERATIONS: dict[str, Operation] = {
-    op.name: op for op in (DIRECTORY, FILE, ENV_FILE, SYSTEMD_UNIT, SERVICE_USER, SERVICE, PYTHON_VENV)
+    op.name: op
+    for op in (DIRECTORY, FILE, ENV_FILE, SYSTEMD_UNIT, SERVICE_USER, SERVICE, PYTHON_VENV, GATEWAY_CONFIG)
 } | PROVISION_OPERATIONS
 
 __all__ = [

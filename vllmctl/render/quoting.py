@@ -1,6 +1,7 @@
 """One quoting function per place a value lands on a host: a POSIX shell word, a systemd unit (ExecStart
-words, Environment= assignments, other settings), an EnvironmentFile line, an HTTP URL, a path confined
-under a root. A value that cannot be written safely for its target raises QuotingError, never passes."""
+words, Environment= assignments, other settings), an EnvironmentFile line, an HTTP URL, a haproxy.cfg word,
+a path confined under a root. A value that cannot be written safely for its target raises QuotingError,
+never passes."""
 
 from __future__ import annotations
 
@@ -175,6 +176,20 @@ def redact_text(text: str) -> str:
     """Any URL's user:password@ in text (a URL, a tool's error output) replaced by `***@`: what output,
     JSON and logs may show."""
     return _URL_USERINFO.sub(r"\1***@", text)
+
+
+# --- haproxy.cfg ------------------------------------------------------------------------------------------
+
+_HAPROXY_WORD = re.compile(r"[A-Za-z0-9._:/@\[\]-]+")
+
+
+def haproxy_word(value: object) -> str:
+    """One word of haproxy.cfg (a name, an address, a path): only characters HAProxy reads literally; a space,
+    `#`, a quote, a backslash or `$` (which it expands) would change the line, so they are refused."""
+    text = str(value)
+    if not _HAPROXY_WORD.fullmatch(text):
+        raise QuotingError(f"{text[:60]!r} cannot be written as one haproxy.cfg word")
+    return text
 
 
 # --- paths on a host --------------------------------------------------------------------------------------

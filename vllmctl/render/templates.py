@@ -68,6 +68,7 @@ def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
         unit_env=quoting.unit_environment,
         unit_setting=quoting.unit_setting,
         env_line=quoting.env_file_line,
+        haproxy=quoting.haproxy_word,
     )
     return env
 

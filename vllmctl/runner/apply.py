@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vllmctl.bench.readiness import FLOOR_S
+from vllmctl.catalog.arch import ModelArch
 from vllmctl.console import Ui
-from vllmctl.errors import VllmctlError
+from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.controller import LocalFiles
 from vllmctl.inventory.model import Inventory
@@ -42,11 +43,13 @@ from vllmctl.runner.fleet import (
     select_hosts,
     ssh_remote,
 )
+from vllmctl.runner.gateway import fleet_servers, ssh_gateway
 from vllmctl.runner.release import GateOptions, gate_host
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.view import Progress
-from vllmctl.tasks.desired import HostContext, render_env
+from vllmctl.tasks.desired import HostContext, ModelPlan, render_env
+from vllmctl.tasks.gateway import TLS_SECRET
 from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
 
 
@@ -171,6 +174,35 @@ def gathered_gpus(
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
 
+def gateway_plans(
+    inventory: Inventory,
+    hosts: list[str],
+    plans: dict[str, dict[str, ModelPlan]],
+    gpus: Mapping[str, GpuFacts],
+    archs: Mapping[str, ModelArch],
+    resources: Mapping[str, HostResources],
+) -> dict[str, dict[str, ModelPlan]]:
+    """The plans of every host behind the gateway, also those --limit left out: its config lists them all."""
+    if inventory.gateway is None:
+        return {}
+    behind = {h for name in inventory.gateway.ports for h in inventory.models[name].hosts}
+    if behind <= set(hosts):
+        return plans
+    return deployment_plans(inventory, sorted(behind), gpus, archs=archs, resources=resources)
+
+
+def gateway_secrets(inventory: Inventory) -> dict[str, str]:
+    """The gateway's TLS bundle (certificate, then key) read on the controller, under a name no secret has."""
+    tls = inventory.gateway.tls if inventory.gateway else None
+    if tls is None:
+        return {}
+    try:
+        texts = [Path(path).expanduser().read_text() for path in (tls.cert, tls.key)]
+    except OSError as exc:
+        raise InputError(f"gateway.tls: cannot read {exc.filename}: {exc.strerror}", "fix the path") from exc
+    return {TLS_SECRET: "".join(text if text.endswith("\n") else text + "\n" for text in texts)}
+
+
 def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     """Plan, then converge every selected host (releases gated per host), then each multi-node group;
     the local audit log records what was done."""
@@ -187,7 +219,13 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     clusters = group_plans(inventory, gpus, archs, arch_failures) if gates(playbook) else {}
     if not args.check and not confirm(len(hosts), playbook.name):
         raise VllmctlError("aborted; nothing was done", "pass --yes to skip this question")
-    contexts = host_contexts(inventory, hosts, resolve_secrets(inventory, os.environ), plans)
+    secrets = {**resolve_secrets(inventory, os.environ), **gateway_secrets(inventory)}
+    backends = gateway_plans(inventory, hosts, plans, gpus, archs, resources)
+    contexts = {
+        name: replace(ctx, fleet_plans=backends)
+        for name, ctx in host_contexts(inventory, hosts, secrets, plans).items()
+    }
+    guard = None if args.check else ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     opts = RunOptions(
         forks=args.forks,
@@ -202,9 +240,17 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         after_host=None
         if args.check or args.no_gate or not gates(playbook)
         else release_hook(args, inventory, started),
+        guard=guard,
     )
-    with Progress(ui, hosts) as progress:
-        result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+    try:
+        with Progress(ui, hosts) as progress:
+            result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+    finally:
+        if guard is not None:
+            guard.close()
+    if guard is not None:
+        for name, host in result.hosts.items():
+            host.gateway = guard.host_events(name)
     groups = deploy_groups(args, inventory, result, clusters, contexts, started, ui) if clusters else []
     if not args.check:
         record = {

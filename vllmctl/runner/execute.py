@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.errors import TransportError, VllmctlError
-from vllmctl.ops import Step
+from vllmctl.ops import Command, Step
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
+from vllmctl.runner.gateway import EngineGuard
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
@@ -42,6 +43,8 @@ class RunOptions:
     # (release_gate.gate_host). Gets `lock()` (takes the host lock if the converge did not) and the services
     # failure ("" if none); returns the outcome's JSON, whose "ok" decides the host's status.
     after_host: AfterHost | None = None
+    # the gateway: a host's servers are drained before its engines stop and set ready after its release
+    guard: EngineGuard | None = None
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening
@@ -65,6 +68,7 @@ class _HostRun:
         self.result = HostResult(ctx.host.name)
         self.deadline = clock() + opts.host_timeout_s
         self.locked = False
+        self.drained = False
 
     def timeout(self) -> float:
         left = self.deadline - self.clock()
@@ -111,10 +115,33 @@ class _HostRun:
         except VllmctlError as exc:
             self._fail("failed", exc)
         finally:
+            self._undrain()
             self.result.elapsed_s = self.clock() - started
             self._finish(self.locked)
         emit(self.ctx.host.name, "done", self.result.status)
         return self.result
+
+    def _drain_before(self, phase: str, step: Step) -> None:
+        """Before the first step that stops or restarts an engine: out of the gateway's rotation."""
+        stops = any(isinstance(a, Command) and a.argv[1:2] in (("restart",), ("stop",)) for a in step.actions)
+        if (
+            self.opts.guard is None
+            or self.drained
+            or phase != GATED_PHASE
+            or step.op != "service"
+            or not stops
+        ):
+            return
+        self.opts.guard.drain(self.ctx.host.name)
+        self.drained = True
+
+    def _undrain(self) -> None:
+        if self.drained and self.opts.guard is not None:
+            self.drained = False
+            try:
+                self.opts.guard.ready(self.ctx.host.name)
+            except VllmctlError as exc:
+                self.result.hint = (self.result.hint + "; " if self.result.hint else "") + f"gateway: {exc}"
 
     def _lock(self) -> None:
         if not self.locked:
@@ -148,6 +175,7 @@ class _HostRun:
                 self.result.steps.append(StepResult(phase, step, "planned", diff=diff))
                 continue
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
+            self._drain_before(phase, step)
             for action in step.actions:
                 outcome = self.remote.execute(action, self.timeout())
                 if not outcome.ok:

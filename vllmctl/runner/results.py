@@ -44,6 +44,7 @@ class HostResult:
     hint: str = ""
     elapsed_s: float = 0.0
     release: dict[str, Any] = field(default_factory=dict)  # the release gate's outcome, when it ran
+    gateway: list[dict[str, Any]] = field(default_factory=list)  # drained / ready in the gateway, in order
 
     def count(self, status: StepStatus) -> int:
         return sum(1 for step in self.steps if step.status == status)
@@ -69,6 +70,7 @@ class HostResult:
             "hint": self.hint or None,
             "elapsed_s": round(self.elapsed_s, 3),
             "release": self.release or None,
+            "gateway": self.gateway or None,
             "steps": [step.to_json() for step in self.steps],
         }
 

@@ -5,7 +5,7 @@ whose used nodes are all selected is rolled back as one group release. Without `
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllmctl.bench.readiness import HealthCheck
@@ -16,6 +16,7 @@ from vllmctl.releases.host import ReleaseError, rollback_target
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.engine_watch import wait_for_health
 from vllmctl.runner.fleet import fan_out, host_contexts, ssh_remote
+from vllmctl.runner.gateway import EngineGuard, GatewayControl, fleet_servers, ssh_gateway
 from vllmctl.runner.group_nodes import Connect, ssh_node
 from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
 from vllmctl.runner.history import RemoteFor, survey
@@ -59,6 +60,7 @@ class RollbackOptions:
     health: HealthCheck = wait_for_health
     remote_for: RemoteFor = ssh_remote
     connect: Connect = ssh_node  # a group node's connection
+    guard: EngineGuard | None = None  # the gateway: each host drained before its engines stop
 
 
 @dataclass
@@ -109,10 +111,14 @@ def roll_back_fleet(
 ) -> list[HostRollback]:
     def one(name: str) -> HostRollback:
         remote = opts.remote_for(contexts[name])
+        if opts.guard is not None:
+            opts.guard.drain(name)
         try:
             return roll_back_host(contexts[name], remote, gate, opts.to, opts.break_lock)
         finally:
             remote.close()
+            if opts.guard is not None:
+                opts.guard.ready(name)
 
     done = fan_out(list(contexts), one, opts.forks)
     return [
@@ -139,7 +145,14 @@ def rollback(
     log(f"rolling back {len(contexts)} host(s) and {len(selection.groups)} multi-node group(s)")
     for host, why in selection.covered.items():
         log(f"{host}: {why}")
-    hosts = roll_back_fleet(contexts, opts, gate)
+    guard = opts.guard
+    if guard is None and inv.gateway is not None:
+        guard = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s)
+    try:
+        hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
+    finally:
+        if isinstance(guard, GatewayControl):
+            guard.close()
     group_opts = GroupGateOptions(
         owner=opts.owner,
         break_lock=opts.break_lock,

@@ -199,3 +199,20 @@ def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
         for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port))
     ]
     return {"ok": all(entry["ok"] for entry in entries), "entries": entries}
+
+
+def gateway_table(view: dict[str, dict[str, Any]]) -> Table:
+    """The gateway's view: per gateway host and model, each server's state and the requests on it."""
+    table = Table(title=None, box=None, pad_edge=False, header_style="bold")
+    for header in ("gateway", "model", "server", "state", "sessions", "queued", "check"):
+        table.add_column(header, no_wrap=True)
+    for gateway, found in view.items():
+        if "error" in found:
+            table.add_row(gateway, "-", "-", f"unreachable: {found['error']}", "", "", "", style="red")
+            continue
+        for ref, stat in found["servers"].items():
+            model, _, server = ref.partition("/")
+            style = None if str(stat["status"]).startswith("UP") else "yellow"
+            row = (str(stat["sessions"]), str(stat["queued"]), str(stat["check"]))
+            table.add_row(gateway, model, server, str(stat["status"]), *row, style=style)
+    return table

@@ -1,12 +1,13 @@
 """Desired state: playbooks (ordered data) name tasks, and each task expands for one host into operation calls
-(pure). TASKS is built here, explicitly, from the model tasks and the provisioning tasks."""
+(pure). TASKS is built here, explicitly, from the model, provisioning and gateway tasks."""
 
 from __future__ import annotations
 
 from vllmctl.tasks.desired import MODEL_TASKS, HostContext, OpCall, Params, Task
+from vllmctl.tasks.gateway import GATEWAY_TASKS
 from vllmctl.tasks.provision import PROVISION_TASKS
 
-TASKS: dict[str, Task] = {**MODEL_TASKS, **PROVISION_TASKS}
+TASKS: dict[str, Task] = {**MODEL_TASKS, **PROVISION_TASKS, **GATEWAY_TASKS}
 
 
 def expand(task: str, params: Params, ctx: HostContext) -> list[OpCall]:

@@ -58,6 +58,8 @@ class HostContext:
     secrets: Mapping[str, str] = field(default_factory=dict)
     # local model source (and wheelhouse) -> its files measured on the controller, None when absent there
     local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
+    # host -> model -> plan for every host a gateway balances over (apply fills it when there is a gateway)
+    fleet_plans: Mapping[str, Mapping[str, ModelPlan]] = field(default_factory=dict)
 
     def models(self) -> list[ModelDeployment]:
         """The models this host serves on its own: a multi-node model is one engine over its group, brought
@@ -70,6 +72,12 @@ class HostContext:
 
     def plan(self, model: ModelDeployment) -> ModelPlan:
         return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))
+
+    def replicas_on(self, host: str, model: ModelDeployment) -> tuple[Replica, ...]:
+        """The replicas `model` runs on another `host` of the fleet (its gateway's servers)."""
+        plans = self.plans if host == self.host.name else self.fleet_plans.get(host, {})
+        found = plans.get(model.name)
+        return found.replicas if found else (Replica(0, model.port),)
 
     def engine(self, model: ModelDeployment) -> EngineSpec:
         return model.engine or self.host.engine

@@ -160,3 +160,14 @@ def test_a_multi_node_model_is_one_target_on_its_head_labelled_with_the_group(tm
     labels = {"job": "vllmctl", "model": "llama-405b", "host": "gpu-02", "engine": "vllm", "group": "big"}
     assert groups[0] == {"targets": ["[fd00::12]:8100"], "labels": labels}
     assert groups[1:] == EXPECTED
+
+
+def test_the_gateways_prometheus_exporter_is_a_target_when_enabled(inventory_file: Path) -> None:
+    gateway = "gateway:\n  hosts: a100-01\n  models: {llama-8b: {port: 9100}}\n  metrics_port: 8405\n"
+    inventory_file.write_text(INVENTORY + gateway)
+    groups = service_discovery(load_inventory(inventory_file))
+    assert groups[:3] == EXPECTED
+    labels = {"job": "vllmctl", "host": "a100-01", "component": "gateway"}
+    assert groups[3:] == [{"targets": ["a100-01.dc1.example.com:8405"], "labels": labels}]
+    inventory_file.write_text(INVENTORY + gateway.replace("  metrics_port: 8405\n", ""))
+    assert service_discovery(load_inventory(inventory_file)) == EXPECTED

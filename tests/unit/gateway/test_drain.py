@@ -1,0 +1,157 @@
+"""GatewayControl over a fake gateway host: drain waits for sessions to reach 0 (bounded), ready waits for
+HAProxy to see the server up; and the runner drains a host before its first engine restart and sets it ready
+after its release gate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from executor_builders import inventory, model
+from fake_remote import FakeHost, FakeRemote
+
+from vllmctl.gateway.config import Server
+from vllmctl.inventory.model import GatewaySpec
+from vllmctl.ops import Command
+from vllmctl.runner.execute import RunOptions, run_playbook
+from vllmctl.runner.fleet import host_contexts
+from vllmctl.runner.gateway import GatewayControl
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import parse_playbook
+from vllmctl.transport import Result
+
+HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status\n"
+
+
+def stat_text(*rows: str) -> str:
+    return HEADER + "".join(row + "\n" for row in rows)
+
+
+SERVERS = [Server("tiny", "a-8000", "a", "10.0.0.1", 8000), Server("tiny", "b-8000", "b", "10.0.0.2", 8000)]
+
+
+class FakeGateway:
+    """Answers `show stat` from a script of rows per call and records every runtime command."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers, self.sent, self.closed = answers, [], False
+
+    def execute(self, action: Any, timeout: float) -> Result:
+        assert isinstance(action, Command)
+        self.sent.append(action.render())
+        if "show stat" in action.render():
+            text = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+            return Result(text, "", 0)
+        return Result("\n", "", 0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def control(gateway: FakeGateway, drain_timeout_s: float = 5.0) -> GatewayControl:
+    clock = [0.0]
+    spec = GatewaySpec(("gw",), {"tiny": 9100}, drain_timeout_s=drain_timeout_s)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    return GatewayControl(spec, SERVERS, lambda name: gateway, clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type,return-value]
+
+
+def test_drain_waits_for_the_sessions_to_finish_then_ready_waits_for_up() -> None:
+    gateway = FakeGateway(
+        [
+            stat_text("tiny,a-8000,0,0,2,2,,5,DRAIN,2,L7OK"),
+            stat_text("tiny,a-8000,0,0,1,2,,5,DRAIN,2,L7OK"),
+            stat_text("tiny,a-8000,0,0,0,2,,5,DRAIN,2,L7OK"),
+            stat_text("tiny,a-8000,0,0,0,2,,5,DOWN,2,L4CON"),
+            stat_text("tiny,a-8000,0,0,0,2,,5,UP,2,L7OK"),
+        ]
+    )
+    guard = control(gateway)
+    guard.drain("a")
+    assert "set server tiny/a-8000 state drain" in gateway.sent[0]
+    drained = guard.events[0]
+    assert (drained["event"], drained["pending"], drained["waited_s"]) == ("drained", {}, 1.0)
+    guard.ready("a")
+    assert "set server tiny/a-8000 state ready" in gateway.sent[4]
+    assert [e["event"] for e in guard.host_events("a")] == ["drained", "ready"]
+    assert guard.events[1]["pending"] == {}
+    guard.close()
+    assert gateway.closed
+
+
+def test_a_drain_that_does_not_finish_gives_up_at_its_bound_with_what_was_left() -> None:
+    gateway = FakeGateway([stat_text("tiny,a-8000,0,0,3,3,,5,DRAIN,2,L7OK")])
+    guard = control(gateway, drain_timeout_s=2.0)
+    guard.drain("a")
+    assert guard.events[0]["waited_s"] == 2.0
+    assert guard.events[0]["pending"] == {
+        "gw:tiny/a-8000": {"status": "DRAIN", "sessions": 3, "queued": 0, "check": "L7OK"}
+    }
+    guard.ready("a")
+
+
+def test_a_host_with_no_server_behind_the_gateway_is_not_drained() -> None:
+    gateway = FakeGateway([stat_text()])
+    guard = control(gateway)
+    guard.drain("c")
+    guard.ready("c")
+    assert gateway.sent == [] and guard.events == []
+
+
+PLAYBOOK = parse_playbook(
+    "name: t\nphases:\n"
+    "  - name: models\n    tasks:\n      - task: model_env_files\n      - task: model_units\n"
+    "  - name: services\n    tasks:\n      - task: model_services\n",
+    "t.yml",
+)
+
+
+class Recorder:
+    def __init__(self, hosts: Mapping[str, FakeHost], log: list[str]) -> None:
+        self.hosts, self.log = hosts, log
+
+    def drain(self, host: str) -> None:
+        self.log.append(f"drain {host} after {len(self.hosts[host].executed)} commands")
+
+    def ready(self, host: str) -> None:
+        self.log.append(f"ready {host}")
+
+
+def test_the_runner_drains_before_the_first_restart_and_readies_after_the_gate() -> None:
+    inv = inventory(["a"], {"tiny": model("tiny", ("a",))})
+    host = FakeHost("a")
+    log: list[str] = []
+
+    def after_host(ctx: HostContext, remote: Any, lock: Any, failure: str) -> dict[str, Any]:
+        log.append("gate a")
+        return {"ok": True}
+
+    def run(**opts: Any) -> None:
+        options = RunOptions(guard=Recorder({"a": host}, log), after_host=after_host, **opts)
+        contexts = host_contexts(inv, ["a"], {})
+        run_playbook(PLAYBOOK, contexts, lambda ctx: FakeRemote(host, [0.0], []), options, lambda: 0.0)
+
+    run()
+    # the service step enables, then restarts: the drain comes before the step
+    step = next(i for i, c in enumerate(host.executed) if c.startswith("systemctl enable vllmctl-tiny"))
+    assert host.executed[step + 1].startswith("systemctl restart vllmctl-tiny")
+    assert log == [f"drain a after {step} commands", "gate a", "ready a"]
+    log.clear()
+    run()  # converged: nothing restarts, nothing is drained
+    assert log == ["gate a"]
+
+
+def test_an_unreachable_gateway_is_recorded_and_does_not_stop_the_rollout() -> None:
+    class Down(FakeGateway):
+        def execute(self, action: Any, timeout: float) -> Result:
+            return Result("", "socat: No such file or directory", 1)
+
+    guard = control(Down([]))
+    guard.drain("a")
+    guard.ready("a")
+    assert [e["event"] for e in guard.events] == ["drain failed", "ready failed"]
+    assert "No such file" in guard.events[0]["error"]
+    guard.drain("b")  # the turn was given back
+    guard.ready("b")

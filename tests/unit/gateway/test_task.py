@@ -1,0 +1,66 @@
+"""The `gateway` task for one host: packages, then the config with the key and TLS files it reads; other
+hosts get nothing; the TLS bundle is read on the controller at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vllmctl.errors import InputError
+from vllmctl.inventory import load_inventory
+from vllmctl.runner.apply import gateway_secrets
+from vllmctl.tasks import expand
+from vllmctl.tasks.desired import HostContext, ModelPlan, Replica
+from vllmctl.tasks.gateway import TLS_SECRET
+
+INVENTORY = """\
+vllmctl: 1
+hosts:
+  a: {address: 10.0.0.1}
+  b: {address: 10.0.0.2}
+  gw: {address: 10.0.0.9}
+models:
+  tiny: {source: org/tiny, hosts: [a, b], port: 8000, engine_args: {api_key: {secret: key}}}
+secrets:
+  key: {env: KEY}
+gateway:
+  hosts: gw
+  models: {tiny: {port: 9100}}
+  check_api_key: true
+"""
+
+
+@pytest.fixture
+def inventory_file(tmp_path: Path) -> Path:
+    path = tmp_path / "inv.yml"
+    path.write_text(INVENTORY)
+    return path
+
+
+def test_the_gateway_host_gets_packages_then_its_config_with_every_replica(inventory_file: Path) -> None:
+    inv = load_inventory(inventory_file)
+    fleet = {"b": {"tiny": ModelPlan({}, (Replica(0, 8000), Replica(1, 8001)))}}
+    ctx = HostContext(inv, inv.hosts["gw"], secrets={"key": "s3cret", TLS_SECRET: "PEM"}, fleet_plans=fleet)
+    packages, config = expand("gateway", {}, ctx)
+    assert (packages.op, packages.args["names"]) == ("system_packages", ["haproxy", "socat"])
+    assert config.op == "gateway_config"
+    assert "server a-8000 10.0.0.1:8000" in config.args["content"]
+    assert "server b-8001 10.0.0.2:8001" in config.args["content"]
+    assert config.args["files"] == {"/etc/haproxy/vllmctl/tiny.keys": "Bearer s3cret\n"}  # no tls: no pem
+    assert "s3cret" not in config.args["content"]
+    assert expand("gateway", {}, HostContext(inv, inv.hosts["a"])) == []
+
+
+def test_the_tls_bundle_is_read_on_the_controller(inventory_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "c.pem").write_text("CERT")
+    (tmp_path / "k.pem").write_text("KEY\n")
+    inventory_file.write_text(INVENTORY + f"  tls: {{cert: {tmp_path}/c.pem, key: {tmp_path}/k.pem}}\n")
+    inv = load_inventory(inventory_file)
+    assert gateway_secrets(inv) == {TLS_SECRET: "CERT\nKEY\n"}
+    ctx = HostContext(inv, inv.hosts["gw"], secrets={"key": "s", **gateway_secrets(inv)})
+    _, config = expand("gateway", {}, ctx)
+    assert config.args["files"]["/etc/haproxy/vllmctl/gateway.pem"] == "CERT\nKEY\n"
+    (tmp_path / "k.pem").unlink()
+    with pytest.raises(InputError, match=r"gateway\.tls: cannot read"):
+        gateway_secrets(inv)

@@ -1,0 +1,71 @@
+"""`gateway:` in the inventory: every problem with file:line and field, and the typed GatewaySpec."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from vllmctl.inventory import load_inventory
+
+Problems = Callable[..., list[str]]
+
+HEAD = """\
+vllmctl: 1
+hosts:
+  gpu-01: {address: 10.0.0.1}
+  gpu-02: {address: 10.0.0.2}
+  edge: {address: 10.0.0.9}
+groups:
+  gpus: [gpu-01, gpu-02]
+models:
+  tiny: {source: org/tiny, hosts: gpus, port: 8000}
+  keyed: {source: org/keyed, hosts: gpu-01, port: 8100, engine_args: {api_key: {secret: k}}}
+  other: {source: org/other, hosts: edge, port: 9000}
+secrets:
+  k: {env: K}
+"""
+
+
+def test_a_gateway_is_typed_with_its_defaults(workdir: Path) -> None:
+    (workdir / "inv.yml").write_text(HEAD + "gateway:\n  hosts: edge\n  models: {tiny: {port: 9100}}\n")
+    gateway = load_inventory("inv.yml").gateway
+    assert gateway is not None
+    assert (gateway.hosts, gateway.ports, gateway.address) == (("edge",), {"tiny": 9100}, "0.0.0.0")
+    assert (gateway.check_interval_s, gateway.drain_timeout_s, gateway.metrics_port) == (2.0, 120.0, None)
+    assert gateway.tls is None and not gateway.check_api_key
+
+
+def test_hosts_models_address_ports_and_api_keys_are_checked_at_their_lines(problems: Problems) -> None:
+    found = problems(
+        HEAD
+        + """\
+gateway:
+  hosts: [edge, edg]
+  address: "0.0.0.0 ; x"
+  check_api_key: true
+  metrics_port: 9100
+  models:
+    tiny: {port: 9100}
+    keyed: {port: 9000}
+    nope: {port: 9300}
+"""
+    )
+    assert found == [
+        "inv.yml:15:17: gateway.hosts[1]: unknown host or group 'edg'\n  hint: did you mean 'edge'?",
+        "inv.yml:16:12: gateway.address: gateway address '0.0.0.0 ; x' is not an IPv4 address\n"
+        "  hint: an IPv4 address of the gateway host, or 0.0.0.0 for all of them",
+        "inv.yml:17:18: gateway.check_api_key: check_api_key: model 'tiny' has no API key to check\n"
+        "  hint: give the model `engine_args: {api_key: {secret: NAME}}`, or set check_api_key: false",
+        "inv.yml:18:17: gateway.metrics_port: gateway port 9100 is also gateway models.tiny.port\n"
+        "  hint: give each endpoint its own port",
+        "inv.yml:21:19: gateway.models.keyed.port: gateway port 9000 on host 'edge' is already model"
+        " 'other's port\n  hint: choose another gateway port",
+        "inv.yml:22:5: gateway.models.nope: gateway model 'nope' is not a model\n"
+        "  hint: add it under `models:` or remove it here",
+    ]
+
+
+def test_the_schema_refuses_unknown_fields_and_bad_ports(problems: Problems) -> None:
+    found = problems(HEAD + "gateway:\n  hosts: edge\n  models: {tiny: {port: 70000}}\n  listen: x\n")
+    assert any("gateway" in p and "listen" in p for p in found), found
+    assert any("gateway.models.tiny.port" in p for p in found), found

@@ -1,0 +1,73 @@
+"""HAProxy's runtime API, pure: the commands that drain a server, set it ready and read `show stat`, sent
+through `socat` to the admin socket, and the parser of what `show stat` answers."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from vllmctl.ops.base import Command
+from vllmctl.paths import HAPROXY_ADMIN_SOCKET
+from vllmctl.render.quoting import haproxy_word, shell_word
+
+
+def runtime_command(commands: Iterable[str]) -> Command:
+    """One admin-socket session running `commands` in order (HAProxy splits a line on `;`)."""
+    line = "; ".join(commands)
+    socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
+    return Command(shell=f"printf '%s\\n' {shell_word(line)} | socat -t 10 - {shell_word(socket)}")
+
+
+def set_state(refs: Iterable[str], state: str) -> Command:
+    """`state` is `drain` (no new requests; those in flight finish) or `ready`."""
+    assert state in ("drain", "ready", "maint")
+    return runtime_command(f"set server {haproxy_word(ref)} state {state}" for ref in refs)
+
+
+SHOW_STAT = runtime_command(["show stat"])
+
+
+@dataclass(frozen=True)
+class ServerStat:
+    """A server's row of `show stat`: status UP, DOWN, DRAIN, MAINT, `no check`, ...; sessions in flight."""
+
+    backend: str
+    name: str
+    status: str
+    sessions: int
+    queued: int
+    check: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.backend}/{self.name}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status, "sessions": self.sessions, "queued": self.queued, "check": self.check}
+
+
+def _int(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
+
+
+def parse_stat(output: str) -> dict[str, ServerStat]:
+    """`backend/server` -> its row, for server rows only (not FRONTEND/BACKEND totals)."""
+    text = output.lstrip()
+    if text.startswith("# "):
+        text = text[2:]
+    found: dict[str, ServerStat] = {}
+    for row in csv.DictReader(text.splitlines()):
+        name = row.get("svname") or ""
+        if not name or name in ("FRONTEND", "BACKEND") or row.get("type") not in (None, "2"):
+            continue
+        stat = ServerStat(
+            row.get("pxname") or "",
+            name,
+            (row.get("status") or "").strip(),
+            _int(row.get("scur")),
+            _int(row.get("qcur")),
+            (row.get("check_status") or "").strip(),
+        )
+        found[stat.ref] = stat
+    return found

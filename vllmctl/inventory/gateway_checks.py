@@ -1,0 +1,111 @@
+"""The `gateway:` checks the schema cannot express: its hosts and models exist, every value that reaches
+haproxy.cfg has a safe spelling there, its ports clash with nothing on its hosts, an API key it checks
+exists, and (on the controller) its TLS files are there and the key is private."""
+
+from __future__ import annotations
+
+import ipaddress
+import stat
+from typing import Any
+
+from vllmctl.inventory.positions import FieldPath
+from vllmctl.inventory.resolve import Checker, mapping
+from vllmctl.inventory.schema import did_you_mean
+
+
+def check_gateway(checker: Checker) -> None:
+    gateway = checker.data.get("gateway")
+    if not isinstance(gateway, dict):
+        return
+    hosts = _hosts(checker, gateway.get("hosts"))
+    checker.resolved.gateway_hosts = hosts
+    models = mapping(checker.data.get("models"))
+    for name in mapping(gateway.get("models")):
+        if name not in models:
+            hint = did_you_mean(name, set(models)) or "add it under `models:` or remove it here"
+            checker.add(("gateway", "models", name), f"gateway model '{name}' is not a model", hint, True)
+        elif name in checker.resolved.model_clusters:
+            hint = "serve it without the gateway for now (docs/gateway.md)"
+            message = f"gateway model '{name}' is a multi-node model: one engine, nothing to balance"
+            checker.add(("gateway", "models", name), message, hint, True)
+        elif gateway.get("check_api_key") and not _api_key(models[name]):
+            hint = "give the model `engine_args: {api_key: {secret: NAME}}`, or set check_api_key: false"
+            message = f"check_api_key: model '{name}' has no API key to check"
+            checker.add(("gateway", "check_api_key"), message, hint)
+    _address(checker, gateway.get("address", "0.0.0.0"))
+    _ports(checker, gateway, hosts, models)
+    if checker.files is not None:
+        _tls_files(checker, mapping(gateway.get("tls")))
+
+
+def _api_key(model: Any) -> bool:
+    value = mapping(mapping(model).get("engine_args")).get("api_key")
+    return isinstance(value, dict) and "secret" in value
+
+
+def _hosts(checker: Checker, selectors: Any) -> tuple[str, ...]:
+    items = [selectors] if isinstance(selectors, str) else selectors if isinstance(selectors, list) else []
+    found: list[str] = []
+    for index, selector in enumerate(items):
+        if not isinstance(selector, str):
+            continue
+        path = ("gateway", "hosts", index) if isinstance(selectors, list) else ("gateway", "hosts")
+        names = checker.resolved.groups.get(selector) or (
+            (selector,) if selector in checker.resolved.hosts else ()
+        )
+        if not names:
+            choices = {*checker.resolved.hosts, *checker.resolved.groups}
+            checker.add(path, f"unknown host or group '{selector}'", did_you_mean(selector, choices) or "")
+        found.extend(name for name in names if name not in found)
+    return tuple(found)
+
+
+def _address(checker: Checker, address: Any) -> None:
+    try:
+        parsed = ipaddress.ip_address(str(address))
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.version != 4:
+        hint = "an IPv4 address of the gateway host, or 0.0.0.0 for all of them"
+        checker.add(
+            ("gateway", "address"), f"gateway address {str(address)[:60]!r} is not an IPv4 address", hint
+        )
+
+
+def _ports(checker: Checker, gateway: dict[str, Any], hosts: tuple[str, ...], models: dict[str, Any]) -> None:
+    """A port used twice by the gateway, or by a model's first replica or SSH on a gateway host."""
+    seen: dict[int, str] = {}
+    listed: list[tuple[FieldPath, Any]] = [
+        (("gateway", "models", name, "port"), mapping(body).get("port"))
+        for name, body in mapping(gateway.get("models")).items()
+    ]
+    listed.append((("gateway", "metrics_port"), gateway.get("metrics_port")))
+    for path, port in listed:
+        if not isinstance(port, int):
+            continue
+        if port in seen:
+            checker.add(path, f"gateway port {port} is also {seen[port]}", "give each endpoint its own port")
+            continue
+        seen[port] = f"gateway {'.'.join(str(p) for p in path[1:])}"
+        for host in hosts:
+            taken = {int(mapping(checker.resolved.hosts[host].get("ssh")).get("port", 22)): "its SSH port"}
+            for name, body in models.items():
+                if host in checker.resolved.model_hosts.get(name, ()):
+                    taken.setdefault(int(mapping(body).get("port", 8000)), f"model '{name}'s port")
+            if port in taken:
+                message = f"gateway port {port} on host '{host}' is already {taken[port]}"
+                checker.add(path, message, "choose another gateway port")
+
+
+def _tls_files(checker: Checker, tls: dict[str, Any]) -> None:
+    assert checker.files is not None
+    for field in ("cert", "key"):
+        path = tls.get(field)
+        if not isinstance(path, str) or not path:
+            continue
+        found = checker.files.stat(checker.files.expand(path))
+        if found is None:
+            checker.add(("gateway", "tls", field), f"TLS {field} file {path} does not exist", "fix the path")
+        elif field == "key" and found.st_mode & (stat.S_IROTH | stat.S_IWOTH):
+            hint = f"chmod 600 {checker.files.expand(path)}"
+            checker.add(("gateway", "tls", "key"), f"TLS key {path} is readable by anyone", hint)

@@ -1,0 +1,84 @@
+"""The gateway's operation: HAProxy's config (and the key and TLS files it reads) compared by hash; a new
+config is written as a candidate, checked with `haproxy -c` on the host, and only then switched in and
+reloaded (the master hands its listeners to the new worker; the old one finishes what it serves)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from vllmctl.ops.base import (
+    Action,
+    Args,
+    Command,
+    FactRequests,
+    Facts,
+    FileChange,
+    Operation,
+    Step,
+    Upload,
+    noop,
+    run,
+    sha256_text,
+)
+from vllmctl.paths import (
+    HAPROXY_ADMIN_SOCKET,
+    HAPROXY_CANDIDATE,
+    HAPROXY_CONFIG,
+    HAPROXY_FILES_DIR,
+    HAPROXY_STATE_FILE,
+    HAPROXY_UNIT,
+)
+from vllmctl.render.quoting import shell_word
+
+
+def _files(args: Args) -> Mapping[str, str]:
+    files: Mapping[str, str] = args.get("files") or {}
+    return files
+
+
+def _facts(args: Args) -> FactRequests:
+    return {"paths": (HAPROXY_CONFIG, HAPROXY_FILES_DIR, *_files(args)), "services": (HAPROXY_UNIT,)}
+
+
+def save_state() -> Command:
+    """Drained servers stay drained across the reload: the new worker reads their state from this file."""
+    socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
+    dump = (
+        f"echo 'show servers state' | socat -t 10 - {shell_word(socket)} > {shell_word(HAPROXY_STATE_FILE)}"
+    )
+    return Command(shell=f"if [ -S {shell_word(HAPROXY_ADMIN_SOCKET)} ]; then {dump}; fi; true")
+
+
+def _plan(args: Args, facts: Facts) -> Step:
+    content = str(args["content"])
+    paths = facts["paths"]
+    current = paths.get(HAPROXY_CONFIG, {"type": "absent"})
+    unit = facts["services"].get(HAPROXY_UNIT, {})
+    actions: list[Action] = []
+    if paths.get(HAPROXY_FILES_DIR, {}).get("type") != "directory":
+        actions.append(run("install", "-d", "-m", "0700", HAPROXY_FILES_DIR))
+    for path, text in _files(args).items():
+        if paths.get(path, {}).get("sha256") != sha256_text(text):
+            actions.append(Upload(path, text, mode="0600", secret=True))
+    change = None
+    if current.get("sha256") != sha256_text(content):
+        change = FileChange(HAPROXY_CONFIG, content, exists=current.get("type") == "file")
+        actions += [
+            Upload(HAPROXY_CANDIDATE, content),
+            # a config HAProxy refuses stops the step here: the live one is never replaced by it
+            run("haproxy", "-c", "-q", "-f", HAPROXY_CANDIDATE),
+            run("mv", "-f", HAPROXY_CANDIDATE, HAPROXY_CONFIG),
+        ]
+    changed = bool(actions)
+    if unit.get("unit_file_state") != "enabled":
+        actions.append(run("systemctl", "enable", HAPROXY_UNIT))
+    if unit.get("active_state") != "active":
+        actions.append(run("systemctl", "restart", HAPROXY_UNIT))
+    elif changed:
+        actions += [save_state(), run("systemctl", "reload", HAPROXY_UNIT)]
+    if not actions:
+        return noop("gateway_config", HAPROXY_CONFIG, "HAProxy runs the gateway's config")
+    return Step("gateway_config", HAPROXY_CONFIG, tuple(actions), change=change)
+
+
+GATEWAY_CONFIG = Operation("gateway_config", _facts, _plan, {"files": {}})

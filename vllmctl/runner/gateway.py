@@ -1,0 +1,168 @@
+"""Rollouts behind the gateway: before a host's engines stop, its servers are set to drain on every gateway
+host and the run waits (bounded) for their requests to finish; after its release is decided they are set
+ready and the run waits for HAProxy's checks to see them up. One host of the fleet is out at a time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vllmctl.errors import VllmctlError
+from vllmctl.gateway.config import Server, servers
+from vllmctl.gateway.runtime import SHOW_STAT, ServerStat, parse_stat, set_state
+from vllmctl.inventory.model import GatewaySpec, Inventory
+from vllmctl.ops import Command
+from vllmctl.runner.remote import Remote
+from vllmctl.tasks.desired import ModelPlan, Replica
+
+UP_WAIT_MIN_S = 30.0  # a replica set ready needs `rise` good checks before HAProxy sends it requests
+POLL_S = 0.5
+
+
+class EngineGuard(Protocol):
+    """What a run calls around stopping a host's engines (apply's services phase, a rollback)."""
+
+    def drain(self, host: str) -> None: ...
+
+    def ready(self, host: str) -> None: ...
+
+
+@dataclass
+class GatewayControl:
+    """Drains and readies one host's servers at a time on every gateway host; `events` records each
+    drain and ready with its wall-clock time, for the JSON report and the lab test's order check."""
+
+    gateway: GatewaySpec
+    servers: list[Server]
+    connect: Callable[[str], Remote]  # a gateway host's name -> its connection
+    command_timeout_s: float = 30.0
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _turn: threading.Lock = field(default_factory=threading.Lock)
+    _remotes: dict[str, Remote] = field(default_factory=dict)
+    _holder: str | None = None
+
+    def _refs(self, host: str) -> list[str]:
+        return [s.ref for s in self.servers if s.host == host]
+
+    def _run(self, gateway_host: str, command: Command) -> str:
+        if gateway_host not in self._remotes:
+            self._remotes[gateway_host] = self.connect(gateway_host)
+        result = self._remotes[gateway_host].execute(command, self.command_timeout_s)
+        if not result.ok:
+            raise VllmctlError(
+                f"gateway {gateway_host}: the runtime API failed: {(result.stderr or result.stdout)[-300:]}",
+                "is haproxy running there? `systemctl status haproxy` on the gateway host",
+            )
+        return result.stdout
+
+    def stats(self, gateway_host: str) -> dict[str, ServerStat]:
+        return parse_stat(self._run(gateway_host, SHOW_STAT))
+
+    def _wait(self, refs: list[str], done: Callable[[ServerStat], bool], limit_s: float) -> dict[str, Any]:
+        """Poll every gateway host until `done` holds for each of `refs` (a server it lacks counts done)."""
+        started = self.clock()
+        while True:
+            seen = {gw: self.stats(gw) for gw in self.gateway.hosts}
+            pending = {
+                f"{gw}:{ref}": stat[ref].to_json()
+                for gw, stat in seen.items()
+                for ref in refs
+                if ref in stat and not done(stat[ref])
+            }
+            waited = self.clock() - started
+            if not pending or waited >= limit_s:
+                return {"waited_s": round(waited, 2), "pending": pending}
+            self.sleep(POLL_S)
+
+    def drain(self, host: str) -> None:
+        """A gateway that cannot be reached (not installed yet, down) does not stop the rollout: it serves
+        nothing then; the failure is recorded in the host's events."""
+        refs = self._refs(host)
+        if not refs:
+            return
+        self._turn.acquire()  # released by ready(): one host of the fleet out of rotation at a time
+        self._holder = host
+        event: dict[str, Any] = {"host": host, "servers": refs}
+        try:
+            answers = {gw: self._run(gw, set_state(refs, "drain")).strip() for gw in self.gateway.hosts}
+            event["answers"] = {gw: answer for gw, answer in answers.items() if answer}
+            idle = self._wait(refs, lambda s: s.sessions == 0 and s.queued == 0, self.gateway.drain_timeout_s)
+            event.update({"event": "drained", **idle})
+        except VllmctlError as exc:
+            event.update({"event": "drain failed", "error": exc.message})
+        self.events.append({**event, "time": self.clock()})
+
+    def ready(self, host: str) -> None:
+        refs = self._refs(host)
+        if not refs or self._holder != host:
+            return
+        event: dict[str, Any] = {"host": host, "servers": refs}
+        try:
+            for gw in self.gateway.hosts:
+                self._run(gw, set_state(refs, "ready"))
+            limit = max(UP_WAIT_MIN_S, 10 * self.gateway.check_interval_s)
+            event.update({"event": "ready", **self._wait(refs, lambda s: s.status.startswith("UP"), limit)})
+        except VllmctlError as exc:
+            event.update({"event": "ready failed", "error": exc.message})
+        finally:
+            self.events.append({**event, "time": self.clock()})
+            self._release()
+
+    def _release(self) -> None:
+        self._holder = None
+        self._turn.release()
+
+    def host_events(self, host: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["host"] == host]
+
+    def close(self) -> None:
+        for remote in self._remotes.values():
+            remote.close()
+        self._remotes.clear()
+
+
+def ssh_gateway(inventory: Inventory, servers: list[Server], timeout_s: float) -> GatewayControl | None:
+    """The gateway's control over SSH, or None when the inventory has no gateway."""
+    from vllmctl.runner.remote import SshRemote  # the edge: only a run that changes hosts connects
+    from vllmctl.transport import SshTransport
+
+    if inventory.gateway is None:
+        return None
+
+    def connect(name: str) -> Remote:
+        return SshRemote(SshTransport(inventory.hosts[name]))
+
+    return GatewayControl(inventory.gateway, servers, connect, timeout_s)
+
+
+def gateway_view(inventory: Inventory, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Per gateway host, what HAProxy says of each server (`servers`), or why it could not say (`error`)."""
+    guard = ssh_gateway(inventory, [], timeout_s)
+    if guard is None:
+        return {}
+    view: dict[str, dict[str, Any]] = {}
+    try:
+        for host in guard.gateway.hosts:
+            try:
+                view[host] = {"servers": {ref: s.to_json() for ref, s in guard.stats(host).items()}}
+            except VllmctlError as exc:
+                view[host] = {"error": exc.message}
+    finally:
+        guard.close()
+    return view
+
+
+def fleet_servers(inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]]) -> list[Server]:
+    """Every server behind the gateway, from the plans of the hosts that serve its models."""
+
+    def ports(host: str, model: Any) -> tuple[int, ...]:
+        plan = plans.get(host, {}).get(model.name)
+        replicas = plan.replicas if plan else (Replica(0, model.port),)
+        return tuple(replica.port for replica in replicas)
+
+    return servers(inventory, ports)

@@ -1,0 +1,40 @@
+"""Desired state of a gateway host, pure: HAProxy and socat (its runtime API's client) from the
+distribution's packages, then its config with every replica of each model across the fleet."""
+
+from __future__ import annotations
+
+from vllmctl.gateway.config import TLS_PEM, key_files, render_config
+from vllmctl.inventory.model import ModelDeployment
+from vllmctl.tasks.desired import HostContext, OpCall, Params, api_key_secret
+
+PACKAGES = ("haproxy", "socat")
+# the TLS certificate and key, read on the controller at the edge (never a name a secret can have)
+TLS_SECRET = "@gateway-tls"
+
+
+def gateway_config(ctx: HostContext) -> str:
+    def ports(host: str, model: ModelDeployment) -> tuple[int, ...]:
+        return tuple(replica.port for replica in ctx.replicas_on(host, model))
+
+    return render_config(ctx.inventory, ports)
+
+
+def _gateway(ctx: HostContext, params: Params) -> list[OpCall]:
+    gateway = ctx.inventory.gateway
+    if gateway is None or ctx.host.name not in gateway.hosts:
+        return []
+    keys = {}
+    for name in gateway.ports:
+        secret = api_key_secret(ctx.inventory.models[name].engine_args)
+        if secret is not None and secret in ctx.secrets:
+            keys[name] = ctx.secrets[secret]
+    files = key_files(gateway, keys)
+    if gateway.tls is not None and TLS_SECRET in ctx.secrets:
+        files[TLS_PEM] = ctx.secrets[TLS_SECRET]
+    return [
+        OpCall("system_packages", {"names": list(PACKAGES), "why": "the gateway"}),
+        OpCall("gateway_config", {"content": gateway_config(ctx), "files": files}),
+    ]
+
+
+GATEWAY_TASKS = {"gateway": _gateway}
