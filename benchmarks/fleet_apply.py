@@ -314,7 +314,7 @@ def medians(found: dict[str, list[Run]]) -> dict[str, dict[str, float]]:
 
 def facts_script(inventory: Path) -> str:
     """The script a no-op `apply --playbook units` runs on the first host: lock probe and every fact."""
-    from vllmctl.facts.script import build_script
+    from vllmctl.facts.script import build_script, one_write
     from vllmctl.runner.fleet import host_contexts
     from vllmctl.runner.plan import playbook_requests
     from vllmctl.runner.remote import probe_script
@@ -322,7 +322,7 @@ def facts_script(inventory: Path) -> str:
 
     loaded = load_inventory(inventory)
     ctx = next(iter(host_contexts(loaded, list(loaded.hosts)[:1], {}, stage_models=False).values()))
-    return probe_script() + build_script(playbook_requests(load_playbook("units"), ctx))
+    return one_write(probe_script() + build_script(playbook_requests(load_playbook("units"), ctx)))
 
 
 def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str, Any]:
