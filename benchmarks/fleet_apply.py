@@ -493,7 +493,8 @@ def main() -> None:
         cpu = used["vllmctl apply (no-op)"] / used["pyinfra exec -- true"]
         row = (noop, floor, noop / floor, cpu, m["vllmctl apply (unit change, --no-gate)"],
                m["pyinfra deploy (unit change)"], m["vllmctl status"], m["vllmctl history"])  # fmt: skip
-        cells = (f"{v:6.2f}x" if i in (2, 3) else f"{v:7.2f}" for i, v in enumerate(row))
+        # --noop-only measures no change, status or history: shown as "-", not as 0 seconds
+        cells = (f"{v:6.2f}x" if i in (2, 3) else f"{v:7.2f}" if v else "      -" for i, v in enumerate(row))
         print(f"{hosts:5} " + " ".join(cells))
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": args.runs, "fleets": results}, indent=1))
