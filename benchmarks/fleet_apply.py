@@ -12,7 +12,9 @@ Per fleet size, every figure is printed beside pyinfra's from the same run, roun
                         rewrites a unit file with alternating content and reloads systemd
   status / history      `vllmctl status --interval 0` and `vllmctl history` across the fleet
   where the time goes   one no-op converge in-process with timers per phase (process start, plan, connect,
-                        facts round trip, parse, plan per host), and the controller's CPU and peak memory
+                        facts round trip, parse, plan per host), the controller's CPU and peak memory, and
+                        the CPU the lab hosts spent during each run (sshd, sudo, the facts script: read
+                        from the fleets' cgroups, so other work on the machine is not counted)
 pyinfra and ansible-core are installed into a throwaway venv under /tmp (created when missing). Every tool
 runs as a fresh process per run; medians are printed, and written as JSON with --out.
 """
@@ -41,6 +43,7 @@ from typing import Any
 import yaml
 
 from vllmctl.inventory import load_inventory
+from vllmctl.lab.machines import cgroup_roots
 from vllmctl.lab.testing import start_fleet, stop_fleet
 from vllmctl.tasks.desired import HostContext, render_env, render_unit
 
@@ -158,20 +161,43 @@ class Run:
     rc: int
     stdout: str
     stderr: str
+    hosts_cpu: float = 0.0  # seconds of CPU the lab hosts spent meanwhile (sshd, sudo, scripts)
 
 
-def run_child(argv: list[str], env: dict[str, str], cwd: Path) -> Run:
-    """One fresh process; wall time, and its own CPU and peak memory from wait4."""
+def fleet_cpu(fleets: list[str]) -> Callable[[], float]:
+    """CPU seconds the fleets' hosts have used so far: every lab host runs in its fleet's cgroup."""
+    roots = [root for root in cgroup_roots() if (root / "cgroup.procs").exists()]
+
+    def used() -> float:
+        total = 0
+        for name in fleets:
+            stats = [root / f"vllmctl-lab-{name}" / "cpu.stat" for root in roots]
+            found = next((path for path in stats if path.exists()), None)
+            if found is not None:
+                usage = next(line for line in found.read_text().splitlines() if line.startswith("usage_usec"))
+                total += int(usage.split()[1])
+        return total / 1e6
+
+    return used
+
+
+def run_child(
+    argv: list[str], env: dict[str, str], cwd: Path, hosts_cpu: Callable[[], float] = lambda: 0.0
+) -> Run:
+    """One fresh process; wall time, its own CPU and peak memory from wait4, the hosts' CPU meanwhile."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        hosts_before = hosts_cpu()
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
+        hosts = hosts_cpu() - hosts_before
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode,
-                   out.read().decode(errors="replace"), err.read().decode(errors="replace"))  # fmt: skip
+        cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        return Run(wall, cpu, rss, proc.returncode, stdout, stderr, hosts)
 
 
 @dataclass(frozen=True)
@@ -181,12 +207,14 @@ class Case:
     ok: Callable[[Run], bool]
 
 
-def measure(cases: list[Case], env: dict[str, str], cwd: Path, runs: int) -> dict[str, list[Run]]:
+def measure(
+    cases: list[Case], env: dict[str, str], cwd: Path, runs: int, hosts_cpu: Callable[[], float]
+) -> dict[str, list[Run]]:
     """A warm-up of each, then `runs` rounds with the cases interleaved: each sees the same machine load."""
     found: dict[str, list[Run]] = {case.name: [] for case in cases}
     for number in range(-1, runs):
         for case in cases:
-            run = run_child(case.argv(number), env, cwd)
+            run = run_child(case.argv(number), env, cwd, hosts_cpu)
             if not case.ok(run):
                 tails = f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
                 sys.exit(f"{case.name}: unexpected outcome (rc {run.rc}):\n{tails}")
@@ -300,7 +328,7 @@ def where_time_goes(
     }
 
 
-FIELDS = ("wall", "cpu", "rss_mib")
+FIELDS = ("wall", "cpu", "rss_mib", "hosts_cpu")
 SAME_REMOTE_WORK = "pyinfra exec --sudo (vllmctl's facts script)"
 
 
@@ -314,7 +342,7 @@ def medians(found: dict[str, list[Run]]) -> dict[str, dict[str, float]]:
 
 def facts_script(inventory: Path) -> str:
     """The script a no-op `apply --playbook units` runs on the first host: lock probe and every fact."""
-    from vllmctl.facts.script import build_script
+    from vllmctl.facts.script import build_script, one_write
     from vllmctl.runner.fleet import host_contexts
     from vllmctl.runner.plan import playbook_requests
     from vllmctl.runner.remote import probe_script
@@ -322,7 +350,7 @@ def facts_script(inventory: Path) -> str:
 
     loaded = load_inventory(inventory)
     ctx = next(iter(host_contexts(loaded, list(loaded.hosts)[:1], {}, stage_models=False).values()))
-    return probe_script() + build_script(playbook_requests(load_playbook("units"), ctx))
+    return one_write(probe_script() + build_script(playbook_requests(load_playbook("units"), ctx)))
 
 
 def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str, Any]:
@@ -363,7 +391,8 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         if args.ansible:
             ansible = [str(peers / "bin" / "ansible-playbook"), "-i", "ansible_hosts.ini", "-f", str(hosts)]
             noop.append(Case("ansible-playbook (no-op)", lambda n: [*ansible, "playbook.yml"], ansible_clean))
-        found = measure(noop, env, work, args.runs)
+        hosts_cpu = fleet_cpu(names)
+        found = measure(noop, env, work, args.runs, hosts_cpu)
         if args.noop_only:
             return {
                 "medians": medians(found),
@@ -375,7 +404,7 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
             Case("pyinfra deploy (unit change)",
                  lambda n: [*pyinfra, "--sudo", f"change_{'ab'[n % 2]}.py"], pyinfra_clean(True)),
         ]  # fmt: skip
-        found |= measure(change, env, work, args.runs)
+        found |= measure(change, env, work, args.runs, hosts_cpu)
         run_child([*apply, str(inventory)], env, work)  # back to the no-op inventory's units
         reads = [
             Case("vllmctl status",
@@ -384,7 +413,7 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
                  json_answer),
             exec_true,
         ]  # fmt: skip
-        again = measure(reads, env, work, args.runs)
+        again = measure(reads, env, work, args.runs, hosts_cpu)
         found |= {k: v for k, v in again.items() if k != exec_true.name}
         found["pyinfra exec -- true (beside reads)"] = again[exec_true.name]
         phases = where_time_goes(inventory, hosts, args.forks, env, work)
@@ -402,21 +431,33 @@ def report(hosts: int, figures: dict[str, Any], forks: int) -> None:
     medians = figures["medians"]
     floor = medians["pyinfra exec -- true"]["wall"]
     print(f"\n== {hosts} hosts (vllmctl --forks {forks}, pyinfra --parallel {hosts}) ==")
-    print(f"{'':46} {'wall s':>7} {'cpu s':>6} {'MiB':>5}  {'/ pyinfra exec':>14}")
+    print(f"{'':46} {'wall s':>7} {'cpu s':>6} {'hosts':>6} {'MiB':>5}  {'/ pyinfra exec':>14}")
     for case, m in medians.items():
         base = (
             medians["pyinfra exec -- true (beside reads)"]["wall"]
             if case in ("vllmctl status", "vllmctl history")
             else floor
         )
-        print(f"{case:46} {m['wall']:7.2f} {m['cpu']:6.2f} {m['rss_mib']:5.0f}  {m['wall'] / base:13.2f}x")
+        print(f"{case:46} {m['wall']:7.2f} {m['cpu']:6.2f} {m['hosts_cpu']:6.2f} {m['rss_mib']:5.0f}  "
+              f"{m['wall'] / base:13.2f}x")  # fmt: skip
     ours, same = medians["vllmctl apply (no-op)"]["wall"], medians[SAME_REMOTE_WORK]["wall"]
     print(f"gap to pyinfra exec -- true: {ours - floor:.2f} s = the hosts' work (sudo, facts script) "
           f"{same - floor:.2f} s + vllmctl itself (start-up, client) {ours - same:.2f} s")  # fmt: skip
+    cpu_line(hosts, medians["vllmctl apply (no-op)"], medians["pyinfra exec -- true"])
     print("where a no-op converge's time goes (one run in-process; per-host phases overlap in threads):")
     for phase, value in figures["phases"].items():
         shown = ", ".join(f"{k} {v:.3f}" if k.endswith("_s") else f"{k} {v:.1f}" for k, v in value.items())
         print(f"  {phase:40} {shown}")
+
+
+def cpu_line(hosts: int, ours: dict[str, float], peer: dict[str, float]) -> None:
+    """Here the hosts share the controller's cores, so a run's wall time is bounded by the CPU it causes."""
+    total, base = ours["cpu"] + ours["hosts_cpu"], peer["cpu"] + peer["hosts_cpu"]
+    print(f"CPU per run (controller + hosts, {os.cpu_count()} cores shared): vllmctl {ours['cpu']:.2f} + "
+          f"{ours['hosts_cpu']:.2f} = {total:.2f} s, pyinfra exec -- true {peer['cpu']:.2f} + "
+          f"{peer['hosts_cpu']:.2f} = {base:.2f} s ({total / base:.2f}x); per host: controller "
+          f"+{1000 * (ours['cpu'] - peer['cpu']) / hosts:.1f} ms, hosts "
+          f"+{1000 * (ours['hosts_cpu'] - peer['hosts_cpu']) / hosts:.1f} ms")  # fmt: skip
 
 
 def main() -> None:
@@ -441,15 +482,20 @@ def main() -> None:
     for hosts in (int(n) for n in args.hosts.split(",")):
         results[hosts] = fleet_figures(args, hosts, peers)
         report(hosts, results[hosts], args.forks or DEFAULT_FORKS)
-    print("\nsummary: wall seconds, median; ratio to pyinfra exec -- true in the same run (target <= 1.5x)")
-    columns = ("no-op", "pyinfra", "ratio", "change", "pyinfra", "status", "history")
+    print("\nsummary: wall seconds, median; ratio to pyinfra exec -- true in the same run (target <= 1.5x);")
+    print("cpu: the same ratio for the CPU each run caused (controller + lab hosts)")
+    columns = ("no-op", "pyinfra", "ratio", "cpu", "change", "pyinfra", "status", "history")
     print(f"{'hosts':>5} " + " ".join(f"{c:>7}" for c in columns))
     for hosts, figures in results.items():
         m = defaultdict(float, {case: v["wall"] for case, v in figures["medians"].items()})
+        used = {case: v["cpu"] + v["hosts_cpu"] for case, v in figures["medians"].items()}
         noop, floor = m["vllmctl apply (no-op)"], m["pyinfra exec -- true"]
-        row = (noop, floor, noop / floor, m["vllmctl apply (unit change, --no-gate)"],
+        cpu = used["vllmctl apply (no-op)"] / used["pyinfra exec -- true"]
+        row = (noop, floor, noop / floor, cpu, m["vllmctl apply (unit change, --no-gate)"],
                m["pyinfra deploy (unit change)"], m["vllmctl status"], m["vllmctl history"])  # fmt: skip
-        print(f"{hosts:5} " + " ".join(f"{v:6.2f}x" if i == 2 else f"{v:7.2f}" for i, v in enumerate(row)))
+        # --noop-only measures no change, status or history: shown as "-", not as 0 seconds
+        cells = (f"{v:6.2f}x" if i in (2, 3) else f"{v:7.2f}" if v else "      -" for i, v in enumerate(row))
+        print(f"{hosts:5} " + " ".join(cells))
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": args.runs, "fleets": results}, indent=1))
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.runner.apply import ApplyRequest, apply
-from vllmctl.runner.apply_groups import GroupRun, summary
 from vllmctl.runner.view import show_failures, show_plan, show_recap
+
+if TYPE_CHECKING:
+    from vllmctl.runner.apply_groups import GroupRun
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,6 +98,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
 
 
 def show_groups(ui: Ui, groups: list[GroupRun], diffs: bool) -> None:
+    if not groups:
+        return
+    from vllmctl.runner.apply_groups import summary  # only runs with multi-node models load it
+
     for group, line in zip(groups, summary(groups), strict=True):
         if group.failed:
             reasons = "\n".join(f"  {reason}" for reason in group.reasons)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.catalog.arch import ModelArch
@@ -18,14 +18,11 @@ from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.controller import LocalFiles
 from vllmctl.inventory.model import Inventory
-from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
-from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
-from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fleet import (
     api_keys,
@@ -44,13 +41,16 @@ from vllmctl.runner.fleet import (
     ssh_remote,
 )
 from vllmctl.runner.gateway import fleet_servers, ssh_gateway
-from vllmctl.runner.release import GateOptions, gate_host
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.view import Progress
 from vllmctl.tasks.desired import HostContext, ModelPlan, render_env
 from vllmctl.tasks.gateway import TLS_SECRET
 from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
+
+if TYPE_CHECKING:  # imported where used: a run with no gate and no multi-node model never loads them
+    from vllmctl.multinode.plan import ClusterPlan
+    from vllmctl.runner.apply_groups import GroupRun
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,8 @@ def gates(playbook: Playbook) -> bool:
 
 
 def release_hook(args: ApplyRequest, inventory: Inventory, started: str) -> AfterHost:
+    from vllmctl.runner.release import GateOptions, gate_host
+
     opts = GateOptions(
         owner=lock_owner(started),
         created_at=started,
@@ -137,6 +139,9 @@ def deploy_groups(
     ui: Ui,
 ) -> list[GroupRun]:
     """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
+    from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups
+    from vllmctl.runner.cluster_release import GroupGateOptions
+
     gate = GroupGateOptions(
         owner=lock_owner(started),
         break_lock=args.break_lock,
@@ -216,7 +221,11 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     archs, arch_failures = load_model_archs(inventory, online=not args.offline)  # once: hub fetches are slow
     inventory = planned_inventory(inventory, gpus, archs)
     plans = deployment_plans(inventory, hosts, gpus, archs=archs, resources=resources)
-    clusters = group_plans(inventory, gpus, archs, arch_failures) if gates(playbook) else {}
+    clusters: Mapping[str, ClusterPlan] = {}
+    if gates(playbook):  # only a gated playbook deploys multi-node models
+        from vllmctl.runner.apply_groups import group_plans
+
+        clusters = group_plans(inventory, gpus, archs, arch_failures)
     if not args.check and not confirm(len(hosts), playbook.name):
         raise VllmctlError("aborted; nothing was done", "pass --yes to skip this question")
     secrets = {**resolve_secrets(inventory, os.environ), **gateway_secrets(inventory)}

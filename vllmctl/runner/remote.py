@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from vllmctl.errors import TransportError, VllmctlError
-from vllmctl.facts.script import build_script, parse_sections
+from vllmctl.facts.script import build_script, one_write, parse_sections
 from vllmctl.ops import Action, Command, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
@@ -99,7 +99,8 @@ class SshRemote:
         return self._gather("", requests, timeout)
 
     def _gather(self, prefix: str, requests: Requests, timeout: float) -> dict[str, Any]:
-        result = self.transport.run(prefix + build_script(requests), sudo=True, timeout=timeout)
+        script = one_write(prefix + build_script(requests))
+        result = self.transport.run(script, sudo=True, timeout=timeout)
         raise_if_locked(self.name, result)
         if not result.ok:
             raise replace(result, host=self.name).error("gathering facts")

@@ -63,12 +63,13 @@ class SshTransport:
         return client
 
     def _wrap(self, command: str, sudo: bool, timeout: float | None) -> str:
+        as_root = sudo and self.host.ssh.sudo and self.target.user != "root"
         if timeout is not None:
-            # the remote side kills the command too, so a hung process does not outlive its deadline
+            # the remote side kills the command too, so a hung process does not outlive its deadline; sudo
+            # runs `timeout` itself, not a shell around it (one process fewer per command on every host)
             command = f"timeout -k 5 {max(1, int(timeout))} sh -c {shell_word(command)}"
-        if sudo and self.host.ssh.sudo and self.target.user != "root":
-            command = f"sudo -n -- sh -c {shell_word(command)}"
-        return command
+            return f"sudo -n -- {command}" if as_root else command
+        return f"sudo -n -- sh -c {shell_word(command)}" if as_root else command
 
     def run(
         self,

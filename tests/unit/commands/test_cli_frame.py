@@ -72,3 +72,17 @@ def test_console_never_reads_markup_and_splits_streams(monkeypatch: pytest.Monke
     assert err.getvalue() == "remote said [bold]hi[/bold] and [red]\n"
     assert json.loads(out.getvalue()) == {"a": [1, 2], "b": 1}
     assert "\x1b[" not in err.getvalue()
+
+
+def test_apply_loads_the_gate_and_group_modules_only_when_a_run_needs_them() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, vllmctl.commands.apply\n"
+        "print(' '.join(m for m in ('vllmctl.runner.apply_groups', 'vllmctl.runner.release',"
+        " 'vllmctl.runner.cluster_release', 'vllmctl.multinode.preflight', 'vllmctl.bench.smoke')"
+        " if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == ""  # a no-op or --check of the units playbook never uses them

@@ -4,12 +4,13 @@ tests/unit/facts/<fact>/<case>.json = {args?, command, output, exit_code, fact}.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from vllmctl.facts import FACTS
-from vllmctl.facts.script import build_script, parse_sections, split_sections
+from vllmctl.facts.script import build_script, one_write, parse_sections, split_sections
 
 CASES = sorted(Path(__file__).parent.glob("*/*.json"))
 
@@ -77,3 +78,33 @@ def test_the_paths_and_applied_scripts_run_in_a_real_posix_shell(tmp_path: Path)
     assert found[paths[2]] == {"type": "absent"}
     assert found[paths[3]]["type"] == "other"
     assert facts["applied"] == {"u.service": "h1"}
+
+
+def _sh(script: str) -> tuple[int, str]:
+    import subprocess
+
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout
+
+
+def test_one_write_prints_the_same_facts_and_keeps_the_exit_status(tmp_path: Path) -> None:
+    (tmp_path / "u.service.applied").write_text("h1\n")
+    requests = {"paths": (str(tmp_path / "u.service.applied"), str(tmp_path / "none")), "applied": ()}
+    script = build_script(requests).replace("/var/lib/vllmctl/state", str(tmp_path))
+    (plain_code, plain), (code, once) = _sh(script), _sh(one_write(script))
+    assert code == plain_code == 0 and once == plain
+    assert parse_sections(requests, once)["applied"] == {"u.service": "h1"}
+    assert _sh(one_write("echo held; exit 75")) == (75, "held\n")  # the lock probe's refusal survives
+    assert _sh(one_write("(echo a)")) == (0, "a\n")  # a script opening with `(` is not `$((` arithmetic
+
+
+def test_one_write_sends_nothing_until_the_script_is_done() -> None:
+    import subprocess
+
+    script = "echo first; sleep 0.3; echo second"
+    for wrapped, first_read in ((script, b"first\n"), (one_write(script), b"first\nsecond\n")):
+        proc = subprocess.Popen(["sh", "-c", wrapped], stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        assert os.read(proc.stdout.fileno(), 4096) == first_read
+        proc.wait()
+        proc.stdout.close()

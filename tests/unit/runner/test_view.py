@@ -68,6 +68,18 @@ def test_recap_counts_per_host() -> None:
     ]
 
 
+def test_recap_off_a_terminal_is_plain_aligned_text() -> None:
+    ui, _, err = _ui()
+    show_recap(ui, _result(check=False))
+    assert err.getvalue() == (
+        "RECAP\n"
+        "host  ok  changed  failed  unreachable  skipped   time\n"
+        "a      1        1       0            0        0  0.00s\n"
+        "b      0        0       1            0        0  0.00s\n"
+        "c      0        0       0            1        0  0.00s\n"
+    )
+
+
 def test_progress_off_a_terminal_prints_plain_lines() -> None:
     ui, _, err = _ui()
     with Progress(ui, ["a"]) as progress:

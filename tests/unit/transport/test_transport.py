@@ -82,11 +82,13 @@ def test_sshd_closing_mid_handshake_is_unreachable_not_a_crash() -> None:
 def test_commands_run_through_sudo_and_a_remote_timeout() -> None:
     transport = SshTransport(host("gpu-1"), ssh_config=NO_SSH_CONFIG)
     wrapped = transport._wrap("echo 'a b'", sudo=True, timeout=5)
-    sudo = shlex.split(wrapped)
-    assert sudo[:5] == ["sudo", "-n", "--", "sh", "-c"]
-    timeout = shlex.split(sudo[5])
-    assert timeout[:6] == ["timeout", "-k", "5", "5", "sh", "-c"]
-    assert shlex.split(timeout[6]) == ["echo", "a b"]
+    words = shlex.split(wrapped)
+    # sudo runs `timeout` directly: no shell between them
+    assert words[:9] == ["sudo", "-n", "--", "timeout", "-k", "5", "5", "sh", "-c"] and len(words) == 10
+    assert shlex.split(words[9]) == ["echo", "a b"]
+    assert shlex.split(transport._wrap("echo 'a b'", sudo=True, timeout=None)) == [
+        "sudo", "-n", "--", "sh", "-c", "echo 'a b'"
+    ]  # fmt: skip
     assert transport._wrap("true", sudo=False, timeout=None) == "true"
 
 
