@@ -42,12 +42,35 @@ class GatewayControl:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     events: list[dict[str, Any]] = field(default_factory=list)
+    # rollback knows only each model's first replica port: the gateway's own `show stat` lists the rest
+    discover: bool = False
     _turn: threading.Lock = field(default_factory=threading.Lock)
     _remotes: dict[str, Remote] = field(default_factory=dict)
     _holder: str | None = None
+    _listed: dict[str, list[str]] | None = None
 
     def _refs(self, host: str) -> list[str]:
-        return [s.ref for s in self.servers if s.host == host]
+        refs = [s.ref for s in self.servers if s.host == host]
+        if self.discover:
+            refs += [ref for ref in self._listed_refs().get(host, []) if ref not in refs]
+        return refs
+
+    def _listed_refs(self) -> dict[str, list[str]]:
+        """host -> the servers the gateways route to it (named `HOST-PORT` in a model's backend)."""
+        if self._listed is None:
+            hosts = {s.host for s in self.servers}
+            self._listed = {}
+            for gw in self.gateway.hosts:
+                try:
+                    rows = self.stats(gw).values()
+                except VllmctlError:
+                    continue  # drain() records the unreachable gateway itself
+                for row in rows:
+                    for host in hosts:
+                        port = row.name.removeprefix(f"{host}-")
+                        if row.backend in self.gateway.ports and port != row.name and port.isdigit():
+                            self._listed.setdefault(host, []).append(row.ref)
+        return self._listed
 
     def _run(self, gateway_host: str, command: Command) -> str:
         if gateway_host not in self._remotes:
@@ -126,8 +149,11 @@ class GatewayControl:
         self._remotes.clear()
 
 
-def ssh_gateway(inventory: Inventory, servers: list[Server], timeout_s: float) -> GatewayControl | None:
-    """The gateway's control over SSH, or None when the inventory has no gateway."""
+def ssh_gateway(
+    inventory: Inventory, servers: list[Server], timeout_s: float, discover: bool = False
+) -> GatewayControl | None:
+    """The gateway's control over SSH, or None when the inventory has no gateway; `discover` adds the servers
+    the gateways list for a host to those given."""
     from vllmctl.runner.remote import SshRemote  # the edge: only a run that changes hosts connects
     from vllmctl.transport import SshTransport
 
@@ -137,7 +163,7 @@ def ssh_gateway(inventory: Inventory, servers: list[Server], timeout_s: float) -
     def connect(name: str) -> Remote:
         return SshRemote(SshTransport(inventory.hosts[name]))
 
-    return GatewayControl(inventory.gateway, servers, connect, timeout_s)
+    return GatewayControl(inventory.gateway, servers, connect, timeout_s, discover=discover)
 
 
 def gateway_view(inventory: Inventory, timeout_s: float) -> dict[str, dict[str, Any]]:

@@ -147,7 +147,7 @@ def rollback(
         log(f"{host}: {why}")
     guard = opts.guard
     if guard is None and inv.gateway is not None:
-        guard = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s)
+        guard = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s, discover=True)
     try:
         hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
     finally:

@@ -100,6 +100,35 @@ def test_a_host_with_no_server_behind_the_gateway_is_not_drained() -> None:
     assert gateway.sent == [] and guard.events == []
 
 
+def test_rollback_drains_every_replica_the_gateway_lists_for_the_host() -> None:
+    # rollback gives only each model's first replica port; the gateway also routes a-8001 and "a-b" (a host
+    # named a-b? not a port) and b-8000 (another host): only a's replicas are drained
+    listed = stat_text(
+        "tiny,a-8000,0,0,0,2,,5,UP,2,L7OK",
+        "tiny,a-8001,0,0,0,2,,5,UP,2,L7OK",
+        "tiny,a-b,0,0,0,2,,5,UP,2,L7OK",
+        "tiny,b-8000,0,0,0,2,,5,UP,2,L7OK",
+    )
+    gateway = FakeGateway([listed])
+    guard = control(gateway)
+    guard.discover = True
+    guard.drain("a")
+    assert "set server tiny/a-8000 state drain" in gateway.sent[1]
+    assert "set server tiny/a-8001 state drain" in gateway.sent[1]
+    assert "a-b" not in gateway.sent[1] and "b-8000" not in gateway.sent[1]
+    assert guard.events[0]["servers"] == ["tiny/a-8000", "tiny/a-8001"]
+    guard.ready("a")
+    assert "set server tiny/a-8001 state ready" in "".join(gateway.sent)
+
+
+def test_without_discovery_only_the_given_servers_are_drained() -> None:
+    gateway = FakeGateway([stat_text("tiny,a-8000,0,0,0,2,,5,UP,2,L7OK", "tiny,a-8001,0,0,0,2,,5,UP,2,L7OK")])
+    guard = control(gateway)
+    guard.drain("a")
+    assert "a-8001" not in gateway.sent[0]
+    guard.ready("a")
+
+
 PLAYBOOK = parse_playbook(
     "name: t\nphases:\n"
     "  - name: models\n    tasks:\n      - task: model_env_files\n      - task: model_units\n"
