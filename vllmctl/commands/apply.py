@@ -88,6 +88,9 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     else:
         show_plan(ui, outcome.result, args.verbose)
     show_failures(ui, outcome.result)
+    if outcome.gateway_gate is not None and not outcome.gateway_gate["passed"]:
+        reasons = "\n  ".join(outcome.gateway_gate["reasons"])
+        ui.error(f"the gateway's gate failed (every host passed its own):\n  {reasons}")
     show_recap(ui, outcome.result)
     show_groups(
         ui, outcome.groups, diffs=not args.json

@@ -83,17 +83,20 @@ class ApplyRequest:
 class ApplyOutcome:
     result: RunResult
     groups: list[GroupRun]
+    gateway_gate: dict[str, Any] | None = None  # the gateway's verdict after a rollout changed hosts
 
     @property
     def failed(self) -> bool:
-        return self.result.failed or any(g.failed for g in self.groups)
+        gateway_failed = self.gateway_gate is not None and not self.gateway_gate["passed"]
+        return self.result.failed or any(g.failed for g in self.groups) or gateway_failed
 
     @property
     def changed(self) -> bool:
         return bool(self.result.changed) or any(g.changed for g in self.groups)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "groups": {g.model: g.to_json() for g in self.groups}}
+        groups = {g.model: g.to_json() for g in self.groups}
+        return {**self.result.to_json(), "groups": groups, "gateway_gate": self.gateway_gate}
 
 
 Confirm = Callable[[int, str], bool]  # (hosts, playbook) -> go ahead?
@@ -261,6 +264,12 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         for name, host in result.hosts.items():
             host.gateway = guard.host_events(name)
     groups = deploy_groups(args, inventory, result, clusters, contexts, started, ui) if clusters else []
+    verdict = None
+    if guard is not None and opts.after_host is not None and result.changed and not result.failed:
+        from vllmctl.runner.engine_watch import smoke_bench
+        from vllmctl.runner.gateway_gate import gateway_gate
+
+        verdict = gateway_gate(inventory, api_keys(inventory, os.environ), smoke_bench).to_json()
     if not args.check:
         record = {
             "time": started,
@@ -276,4 +285,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups)
+    return ApplyOutcome(result, groups, verdict)

@@ -204,6 +204,7 @@ def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gate
         time.sleep(2)
         code, doc, output = gateway.deployment.apply(gateway.inventory("seqs3.yml", {"max_num_seqs": 3}))
         assert code == 0, output[-6000:]
+        assert doc["gateway_gate"]["passed"], doc["gateway_gate"]  # the smoke benchmark through the gateway
         engines = ",".join(h.name for h in gateway.deployment.engine_hosts)
         rolled = gateway.vllmctl(
             "rollback", str(gateway.inventory("gw.yml")), "--limit", engines, "--yes", "--json"
