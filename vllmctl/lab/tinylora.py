@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
 
-from vllmctl.errors import VllmctlError
 from vllmctl.lab import tinymodel
 
 FORMAT_VERSION = 1
@@ -88,26 +85,4 @@ def ensure_tiny_adapter(name: str, cache_dir: Path | None = None) -> Path:
     """The directory of the tiny adapter `name`, built once under `cache_dir/tiny-lora-<name>-<key>`."""
     root = cache_dir if cache_dir is not None else tinymodel.default_models_dir()
     final = root / f"tiny-lora-{name}-{content_key(name)}"
-    if all((final / f).is_file() for f in ADAPTER_FILES):
-        return final
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".tiny-lora-", dir=root))
-    except OSError as exc:
-        raise VllmctlError(
-            f"cannot create the tiny adapter cache at {root}: {exc.strerror}",
-            "set VLLMCTL_CACHE to a writable directory",
-        ) from exc
-    try:
-        write_tiny_adapter(staging, name)
-        staging.chmod(0o755)
-        if final.exists():
-            shutil.rmtree(final)
-        try:
-            staging.rename(final)
-        except OSError:
-            if not final.is_dir():  # another process built the same bytes first
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
+    return tinymodel.build_once(final, ADAPTER_FILES, lambda at: write_tiny_adapter(at, name), "tiny adapter")

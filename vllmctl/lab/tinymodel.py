@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,28 +216,24 @@ def write_tiny_model(target: Path) -> None:
     _write_json(target / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
 
 
-def _is_complete(model_dir: Path) -> bool:
-    return all((model_dir / name).is_file() for name in MODEL_FILES)
-
-
-def ensure_tiny_model(cache_dir: Path | None = None) -> Path:
-    """Return the directory of the tiny model, building it once under `cache_dir/tiny-llama-<key>`."""
-    root = cache_dir if cache_dir is not None else default_models_dir()
-    final = root / f"tiny-llama-{content_key()}"
-    if _is_complete(final):
+def build_once(final: Path, files: Sequence[str], write: Callable[[Path], None], what: str) -> Path:
+    """`final`, written by `write` into a staging folder beside it and renamed into place unless a complete
+    build (every one of `files`) is already there; concurrent builds of the same bytes are harmless."""
+    if all((final / name).is_file() for name in files):
         return final
+    root = final.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".tiny-llama-", dir=root))
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
     except OSError as exc:
         raise VllmctlError(
-            f"cannot create the tiny model cache at {root}: {exc.strerror}",
+            f"cannot create the {what} cache at {root}: {exc.strerror}",
             "set VLLMCTL_CACHE to a writable directory",
         ) from exc
     try:
-        write_tiny_model(staging)
+        write(staging)
         staging.chmod(0o755)
-        if _is_complete(final):
+        if all((final / name).is_file() for name in files):
             return final  # another process finished the same build meanwhile
         if final.exists():
             # A half-deleted entry; its name promises complete, generated files.
@@ -250,6 +247,12 @@ def ensure_tiny_model(cache_dir: Path | None = None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def ensure_tiny_model(cache_dir: Path | None = None) -> Path:
+    """Return the directory of the tiny model, building it once under `cache_dir/tiny-llama-<key>`."""
+    root = cache_dir if cache_dir is not None else default_models_dir()
+    return build_once(root / f"tiny-llama-{content_key()}", MODEL_FILES, write_tiny_model, "tiny model")
 
 
 def tiny_model_digest(path: Path) -> str:

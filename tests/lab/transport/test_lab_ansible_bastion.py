@@ -5,14 +5,12 @@ group_vars/: the target's sshd logs the login as coming from the bastion; host k
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from facts_cli import run_facts
 
 from vllmctl.lab.testing import LabFleet
 
@@ -56,16 +54,8 @@ def test_facts_reach_a_host_through_the_bastion_in_ssh_common_args(
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     shutil.copy(lab_fleet.known_hosts, home / ".ssh" / "known_hosts")  # no ssh_config: the route is the INI's
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
     since = lab_fleet.ssh(target, "date +%s").stdout.strip()
-    done = subprocess.run(
-        [sys.executable, "-m", "vllmctl", "facts", str(inventory), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    done = run_facts(inventory, home, tmp_path / "state")
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout)["proxied"]
     assert "error" not in found and found["facts"]["os_release"]["pretty_name"]
@@ -82,15 +72,7 @@ def test_an_unknown_bastion_key_is_refused_not_recorded(lab_fleet: LabFleet, tmp
     known = home / ".ssh" / "known_hosts"
     known.write_text("".join(line for line in lines if jump.address not in line.split()[0].split(",")))
     before = known.read_text()
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "vllmctl", "facts", str(inventory), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    done = run_facts(inventory, home, tmp_path / "state")
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"host key unknown for {jump.address}" in done.stdout + done.stderr
     assert known.read_text() == before

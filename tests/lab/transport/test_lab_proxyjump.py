@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from facts_cli import run_facts
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, SshSettings
@@ -146,15 +145,7 @@ def test_the_cli_reaches_a_host_named_by_an_alias_in_the_users_ssh_config(
     inventory.write_text(
         yaml.safe_dump({"vllmctl": 1, "defaults": {"ssh": ssh}, "hosts": {"proxied": {"address": ALIAS}}})
     )
-    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "vllmctl", "facts", str(inventory), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    done = run_facts(inventory, home, tmp_path / "state")
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout)["proxied"]
     assert "error" not in found and found["facts"]["os_release"]["pretty_name"]
