@@ -25,13 +25,13 @@ from vllmctl.releases.host import inventory_digest
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fleet import (
-    api_keys,
     append_local_audit,
     deployment_plans,
     gather_fleet_facts,
     gpu_facts_from,
     host_contexts,
     host_resources_from,
+    keys_from,
     load_model_archs,
     local_audit_path,
     lock_owner,
@@ -111,7 +111,9 @@ def gates(playbook: Playbook) -> bool:
     )
 
 
-def release_hook(args: ApplyRequest, inventory: Inventory, started: str) -> AfterHost:
+def release_hook(
+    args: ApplyRequest, inventory: Inventory, started: str, keys: Mapping[str, str]
+) -> AfterHost:
     from vllmctl.runner.release import GateOptions, gate_host
 
     opts = GateOptions(
@@ -121,7 +123,7 @@ def release_hook(args: ApplyRequest, inventory: Inventory, started: str) -> Afte
         keep=args.keep_releases or inventory.releases.keep,
         command_timeout_s=args.bookkeeping_timeout,
         health_timeout_s=args.health_timeout or FLOOR_S,
-        api_keys=api_keys(inventory, os.environ),
+        api_keys=keys,
     )
 
     def after_host(
@@ -139,6 +141,7 @@ def deploy_groups(
     plans: Mapping[str, ClusterPlan],
     contexts: Mapping[str, HostContext],
     started: str,
+    keys: Mapping[str, str],
     ui: Ui,
 ) -> list[GroupRun]:
     """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
@@ -152,7 +155,7 @@ def deploy_groups(
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=args.bookkeeping_timeout,
         health_timeout_s=args.health_timeout or FLOOR_S,
-        api_keys=api_keys(inventory, os.environ),
+        api_keys=keys,
     )
     if args.no_gate:
         why = "--no-gate: a multi-node model is only deployed as a gated group release"
@@ -232,6 +235,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     if not args.check and not confirm(len(hosts), playbook.name):
         raise VllmctlError("aborted; nothing was done", "pass --yes to skip this question")
     secrets = {**resolve_secrets(inventory, os.environ), **gateway_secrets(inventory)}
+    keys = keys_from(inventory, secrets)  # the gates' API keys, from the secrets just read
     backends = gateway_plans(inventory, hosts, plans, gpus, archs, resources)
     contexts = {
         name: replace(ctx, fleet_plans=backends)
@@ -251,7 +255,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         lock_owner=lock_owner(started),
         after_host=None
         if args.check or args.no_gate or not gates(playbook)
-        else release_hook(args, inventory, started),
+        else release_hook(args, inventory, started, keys),
         guard=guard,
     )
     try:
@@ -263,13 +267,13 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     if guard is not None:
         for name, host in result.hosts.items():
             host.gateway = guard.host_events(name)
-    groups = deploy_groups(args, inventory, result, clusters, contexts, started, ui) if clusters else []
+    groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, ui) if clusters else []
     verdict = None
     if guard is not None and opts.after_host is not None and result.changed and not result.failed:
         from vllmctl.runner.engine_watch import smoke_bench
         from vllmctl.runner.gateway_gate import gateway_gate
 
-        verdict = gateway_gate(inventory, api_keys(inventory, os.environ), smoke_bench).to_json()
+        verdict = gateway_gate(inventory, keys, smoke_bench).to_json()
     if not args.check:
         record = {
             "time": started,

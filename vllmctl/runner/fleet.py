@@ -76,8 +76,13 @@ def api_keys(inventory: Inventory, environ: Mapping[str, str]) -> dict[str, str]
     """Model -> the API key its engine requires (`api_key: {secret: NAME}`), read on the controller so the
     gate, rollback and `vllmctl bench` can send it; only those secrets are read."""
     wanted = {m.name: api_key_secret(m.engine_args) for m in inventory.models.values()}
-    values = resolve_secrets(inventory, environ, {s for s in wanted.values() if s})
-    return {model: values[secret] for model, secret in wanted.items() if secret in values}
+    return keys_from(inventory, resolve_secrets(inventory, environ, {s for s in wanted.values() if s}))
+
+
+def keys_from(inventory: Inventory, secrets: Mapping[str, str]) -> dict[str, str]:
+    """Model -> its API key, out of secrets already resolved (apply resolves them all once)."""
+    wanted = {m.name: api_key_secret(m.engine_args) for m in inventory.models.values()}
+    return {model: secrets[secret] for model, secret in wanted.items() if secret and secret in secrets}
 
 
 def host_contexts(
