@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inventory_verdict import verdict
 
 from vllmctl.errors import InvalidInputError
 from vllmctl.inventory import load_inventory
@@ -185,15 +186,6 @@ def test_without_ansible_core_the_hint_names_the_extra(
 
 
 hostile = st.text(alphabet="ab1.:-_;$`() [@]%", min_size=1, max_size=12)
-
-
-def verdict(workdir: Path, name: str, text: str) -> list[str]:
-    (workdir / name).write_text(text)
-    try:
-        load_inventory(name)
-    except InvalidInputError as exc:
-        return [f"{p.message} | {p.hint}" for p in exc.problems]
-    return []
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

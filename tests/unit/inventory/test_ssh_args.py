@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inventory_verdict import verdict
 
-from vllmctl.errors import InvalidInputError
-from vllmctl.inventory import load_inventory
 from vllmctl.inventory.ssh_args import SshArgsProblem, jump_host
 
 READ: list[tuple[str, object]] = [
@@ -53,15 +52,6 @@ def test_a_proxy_vllmctl_cannot_follow_is_refused(args: str, message: str) -> No
     with pytest.raises(SshArgsProblem) as refused:
         jump_host(args)
     assert message in refused.value.message
-
-
-def verdict(workdir: Path, name: str, text: str) -> list[str]:
-    (workdir / name).write_text(text)
-    try:
-        load_inventory(name)
-    except InvalidInputError as exc:
-        return [f"{p.message} | {p.hint}" for p in exc.problems]
-    return []
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
