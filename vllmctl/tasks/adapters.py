@@ -59,29 +59,26 @@ def staged_sources(model: ModelDeployment) -> list[str]:
 Files = Callable[[str], Any]
 
 
+def _stage(
+    source: str, revision: str | None, key: str, files: Files, hub: Mapping[str, Any], link: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """A local folder mirrored at its path, or a hub repo downloaded into the hub cache (linked at `link`)."""
+    if is_local(source):
+        return "model_sync", {"dest": source, "files": files(source)}
+    args = {**hub, "model": key, "repo": source, "revision": revision}
+    return "model_download", args if link is None else {**args, "link": link}
+
+
 def staging_calls(
     model: ModelDeployment, files: Files, hub: Mapping[str, Any]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """(operation, args) per adapter and draft: local folders mirrored at their path, hub ones downloaded
-    into the hub cache (`hub`: venv and env_file), an adapter linked at `adapter_path`."""
-    calls: list[tuple[str, dict[str, Any]]] = []
-    for adapter in model.adapters:
-        if is_local(adapter.source):
-            calls.append(("model_sync", {"dest": adapter.source, "files": files(adapter.source)}))
-        else:
-            args = {
-                **hub,
-                "model": f"{model.name}+lora+{adapter.name}",  # "+" is in no name: no clash
-                "repo": adapter.source,
-                "revision": adapter.revision,
-                "link": adapter_path(model, adapter),
-            }
-            calls.append(("model_download", args))
+    """(operation, args) per adapter and draft, staged like model sources (`hub`: venv and env_file); an
+    adapter from the hub is linked at `adapter_path`. "+" is in no name, so the cache keys never clash."""
+    calls = [
+        _stage(a.source, a.revision, f"{model.name}+lora+{a.name}", files, hub, adapter_path(model, a))
+        for a in model.adapters
+    ]
     draft = model.speculative
     if draft is not None and draft.model is not None:
-        if is_local(draft.model):
-            calls.append(("model_sync", {"dest": draft.model, "files": files(draft.model)}))
-        else:
-            args = {**hub, "model": f"{model.name}+draft", "repo": draft.model, "revision": draft.revision}
-            calls.append(("model_download", args))
+        calls.append(_stage(draft.model, draft.revision, f"{model.name}+draft", files, hub))
     return calls
