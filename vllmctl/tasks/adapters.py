@@ -59,7 +59,7 @@ def staged_sources(model: ModelDeployment) -> list[str]:
 Files = Callable[[str], Any]
 
 
-def _stage(
+def stage_call(
     source: str, revision: str | None, key: str, files: Files, hub: Mapping[str, Any], link: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """A local folder mirrored at its path, or a hub repo downloaded into the hub cache (linked at `link`)."""
@@ -75,10 +75,10 @@ def staging_calls(
     """(operation, args) per adapter and draft, staged like model sources (`hub`: venv and env_file); an
     adapter from the hub is linked at `adapter_path`. "+" is in no name, so the cache keys never clash."""
     calls = [
-        _stage(a.source, a.revision, f"{model.name}+lora+{a.name}", files, hub, adapter_path(model, a))
+        stage_call(a.source, a.revision, f"{model.name}+lora+{a.name}", files, hub, adapter_path(model, a))
         for a in model.adapters
     ]
     draft = model.speculative
     if draft is not None and draft.model is not None:
-        calls.append(_stage(draft.model, draft.revision, f"{model.name}+draft", files, hub))
+        calls.append(stage_call(draft.model, draft.revision, f"{model.name}+draft", files, hub))
     return calls

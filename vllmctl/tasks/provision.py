@@ -4,6 +4,7 @@ names, expanded for one host into operation calls (joined into `vllmctl.tasks.TA
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from vllmctl.bench.readiness import startup_deadline_s
@@ -11,7 +12,7 @@ from vllmctl.inventory.model import EngineSpec, ModelDeployment
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
 from vllmctl.paths import WHEELHOUSE_DIR
 from vllmctl.render.quoting import venv_dir_name
-from vllmctl.tasks.adapters import staging_calls
+from vllmctl.tasks.adapters import is_local, stage_call, staging_calls
 from vllmctl.tasks.desired import (
     HostContext,
     OpCall,
@@ -91,7 +92,7 @@ def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
 
 
 def weights_mib(ctx: HostContext, model: ModelDeployment) -> float:
-    files = local_files(ctx, model.source) if model.source.startswith("/") else None
+    files = local_files(ctx, model.source) if is_local(model.source) else None
     return sum(int(f["size"]) for f in files or ()) / 2**20
 
 
@@ -99,22 +100,12 @@ def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
     """Local sources are mirrored at the same path on the host, so the unit's `--model` is the same."""
     calls: list[OpCall] = []
     for model in ctx.staged_models():
-        if model.source.startswith("/"):
-            files = local_files(ctx, model.source)
-            calls.append(OpCall("model_sync", {"dest": model.source, "files": files}))
-        else:
-            args = {
-                "model": model.name,
-                "repo": model.source,
-                "revision": model.revision,
-                "venv": venv_path(ctx.engine(model)),
-                "env_file": env_path(model.name),
-                "size_mib": float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0)),
-            }
-            calls.append(OpCall("model_download", args))
+        files = partial(local_files, ctx)
         hub = {"venv": venv_path(ctx.engine(model)), "env_file": env_path(model.name)}
-        extras = staging_calls(model, lambda source: local_files(ctx, source), hub)
-        calls += [OpCall(op, args) for op, args in extras]
+        size = float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0))
+        staged = [stage_call(model.source, model.revision, model.name, files, {**hub, "size_mib": size})]
+        staged += staging_calls(model, files, hub)
+        calls += [OpCall(op, args) for op, args in staged]
     return calls
 
 
