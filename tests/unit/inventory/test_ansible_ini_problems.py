@@ -4,6 +4,7 @@ the hint names the extra."""
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -198,7 +199,11 @@ def test_an_ini_value_gets_the_verdict_a_native_one_gets(workdir: Path, address:
         read = read_ansible("hosts.ini")
     except InvalidInputError:
         return  # not a host line Ansible reads; reported at its line (test above)
-    seen = {key: str(found.value) for key, found in read.hosts["g1"].items()}
-    as_address, as_user = (seen[key].replace("'", "''") for key in ("ansible_host", "ansible_user"))
-    native = f"vllmctl: 1\nhosts:\n  g1: {{address: '{as_address}', ssh: {{user: '{as_user}'}}}}\n"
+    # The twin holds what INI produced, numbers as text as Ansible uses them, a list a list (JSON is YAML)
+    produced = [read.hosts["g1"][key].value for key in ("ansible_host", "ansible_user")]
+    as_address, as_user = (
+        json.dumps(str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value)
+        for value in produced
+    )
+    native = f"vllmctl: 1\nhosts:\n  g1: {{address: {as_address}, ssh: {{user: {as_user}}}}}\n"
     assert verdict(workdir, "hosts.ini", ini) == verdict(workdir, "inv.yml", native)
