@@ -114,6 +114,31 @@ def _mxfp4_backend(record: dict[str, Any]) -> str:
     return "triton" if re.search(r"vllm/vllm-openai:|vllm-openai image", said) else "auto"
 
 
+def _model_runner(record: dict[str, Any]) -> str:
+    """The runner the log names ("Using V2 Model Runner" or a fallback to V1), else the environment's."""
+    quote = str(record.get("quote") or "")
+    if "Using V2 Model Runner" in quote:
+        return "v2"
+    if "using the V1 model runner instead" in quote:
+        return "v1"
+    env = ((record.get("other_figures") or {}).get("env") or {}).get("VLLM_USE_V2_MODEL_RUNNER")
+    return "auto" if env is None else ("v2" if int(env) else "v1")
+
+
+def _compile_cache(record: dict[str, Any]) -> str:
+    """'warm' where the log or the record says torch.compile loaded cached graphs; else the planner's cold."""
+    figures = record.get("other_figures") or {}
+    if "compile" in figures:
+        return str(figures["compile"])
+    return "warm" if "Directly load the compiled graph" in str(record.get("quote") or "") else "cold"
+
+
+def _media_items(record: dict[str, Any]) -> int:
+    """Images + videos per prompt from the command's --limit-mm-per-prompt (vision models); 0 if not given."""
+    found = re.search(r"limit[-_]mm[-_]per[-_]prompt\W*\{([^}]*)\}", str(record.get("quote") or ""))
+    return sum(int(n) for n in re.findall(r":\s*(\d+)", found[1])) if found else 0
+
+
 def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> VllmSettings:
     version = _version(record)
     offline = bool(re.search(r"LLM[- ]class|offline", str(record.get("notes") or "")))
@@ -144,6 +169,9 @@ def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> Vllm
         enable_chunked_prefill=chunked,
         sampler=_sampler(record),
         mxfp4_backend=_mxfp4_backend(record),
+        model_runner=_model_runner(record),
+        compile_cache=_compile_cache(record),
+        mm_items=_media_items(record),
     )
 
 

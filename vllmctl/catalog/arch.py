@@ -65,6 +65,7 @@ class ModelArch:
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
     vision: VisionConfig | None = None
+    architecture: str = ""  # the config's first `architectures` entry, e.g. LlamaForCausalLM
 
     @property
     def is_moe(self) -> bool:
@@ -101,6 +102,11 @@ def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
     return default
 
 
+def _architecture(config: dict[str, Any]) -> str:
+    names = config.get("architectures")
+    return str(names[0]) if isinstance(names, list) and names else ""
+
+
 def _derived_max_len(config: dict[str, Any]) -> int:
     """vLLM's _get_and_verify_max_len (config/model.py, 0.11.0): the smallest of the length keys, then rope
     scaling stretches it (yarn from its original length) except su/longrope/llama3 and Gemma 3."""
@@ -122,6 +128,7 @@ def _derived_max_len(config: dict[str, Any]) -> int:
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
     vision = _vision(config)
+    architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
     hidden = _int(config, "hidden_size", "n_embd", "d_model")
@@ -179,6 +186,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         sliding_window=sliding,
         layer_types=layer_types,
         vision=vision,
+        architecture=architecture,
     )
 
 

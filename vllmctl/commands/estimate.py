@@ -97,6 +97,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--allow-long-max-model-len", action="store_true", help="as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
     )
+    parser.add_argument(
+        "--model-runner",
+        choices=["auto", "v1", "v2"],
+        default="auto",
+        help="as VLLM_USE_V2_MODEL_RUNNER=0/1 (default: the runner vLLM picks for the model and version)",
+    )
+    parser.add_argument(
+        "--compile-cache",
+        choices=["cold", "warm"],
+        default="cold",
+        help="cold: the first start compiles its graphs (the default, what a new release meets); warm: a "
+        "restart that loads them from torch.compile's cache",
+    )
     parser.add_argument("--kv-cache-memory", help="KV cache size in bytes or with a unit (skips profiling)")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
     parser.add_argument("--engine-version", help="e.g. 0.11.0 (vLLM default) or 0.5.2 (SGLang default)")
@@ -153,7 +166,8 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
         num_redundant_experts=args.num_redundant_experts,
         swap_space_gib=DEFAULT_SWAP_SPACE_GIB if args.swap_space is None else args.swap_space,
         enable_chunked_prefill=args.enable_chunked_prefill,
-        allow_long_max_model_len=args.allow_long_max_model_len,
+        allow_long_max_model_len=args.allow_long_max_model_len, model_runner=args.model_runner,
+        compile_cache=args.compile_cache,
     )  # fmt: skip
     host = HostResources(
         ram_gib=parse_size(args.host_memory, "gib", "--host-memory") / GIB if args.host_memory else None,

@@ -30,7 +30,7 @@ def plan_deployment(
            r.nodes, r.base_port, tuple(sorted(r.engine_args.items())), r.use_case,
            tuple(sorted(r.sampling.items())), r.images_per_prompt, r.videos_per_prompt,
            r.workload, r.host, r.allow_long_max_model_len, r.tight_fit,
-           r.sampler, r.lora, r.draft)  # fmt: skip
+           r.sampler, r.model_runner, r.lora, r.draft)  # fmt: skip
     try:
         hashed = hash(key)
     except TypeError:  # nested mappings in engine_args (compilation_config, ...): plan without the memo

@@ -10,6 +10,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.params import total_params
+from vllmctl.planner.model_runner import runner_reason
 from vllmctl.planner.rules import Refusal
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.settings import VllmSettings
@@ -61,6 +62,7 @@ def vllm_estimate(
         f"activation peak: profile run over {settings.max_num_batched_tokens} tokens and a sampler over "
         f"{min(settings.max_num_seqs, settings.max_num_batched_tokens)} sequences "
         f"-> {mem.activation_peak_gib:.2f} GiB",
+        runner_reason(arch, settings),
         f"non-torch: {mem.non_torch_gib:.2f} GiB; NCCL {mem.nccl_gib:.2f} GiB "
         + ("inside the budget (before v0.11, PR #25359)" if mem.nccl_in_budget else "outside the budget"),
         f"CUDA graphs {mem.cudagraph_gib:.2f} GiB {graphs}",

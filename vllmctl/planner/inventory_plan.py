@@ -98,6 +98,21 @@ def sampler_for(host: Host) -> str:
     return "flashinfer" if str(value).strip() not in ("0", "", "false", "False") else "sort"
 
 
+def model_runner_for(host: Host) -> str:
+    """VLLM_USE_V2_MODEL_RUNNER in the engine's environment ("v1" or "v2"), else "auto" (vLLM's choice);
+    vLLM reads it as bool(int(value)) (envs.py, maybe_convert_bool), so anything else stops its start."""
+    value = host.vars.get("env", {}).get("VLLM_USE_V2_MODEL_RUNNER")
+    if value is None:
+        return "auto"
+    try:
+        return "v2" if int(str(value).strip()) else "v1"
+    except ValueError:
+        raise InputError(
+            f"env VLLM_USE_V2_MODEL_RUNNER={value!r} stops vLLM at start: it is read as an integer",
+            "set it to 1 (the V2 model runner) or 0 (V1), or leave it out for vLLM's own choice",
+        ) from None
+
+
 def allows_long_context(host: Host) -> bool:
     """VLLM_ALLOW_LONG_MAX_MODEL_LEN in the engine's environment, read as vLLM's envs.py reads it."""
     value = str(host.vars.get("env", {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0"))
@@ -142,6 +157,7 @@ def deployment_request(
         host=resources or HostResources(),
         allow_long_max_model_len=allows_long_context(host),
         sampler=sampler_for(host),
+        model_runner=model_runner_for(host),
         lora=lora_request(configs) if model.adapters else None,
         draft=draft,
     )

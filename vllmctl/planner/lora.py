@@ -134,10 +134,11 @@ def with_side_memory_reasons(plan: DeploymentPlan, arch: ModelArch, settings: Vl
     notes: dict[str, str] = {}
     if settings.lora is not None:
         lora = settings.lora
-        slots = lora_slot_bytes(arch, lora, arch.dtype_bytes, settings.tp, settings.pp) / GIB
+        version = settings.version
+        slots = lora_slot_bytes(arch, lora, arch.dtype_bytes, settings.tp, settings.pp, version) / GIB
         notes["max_loras"] = (
             f"{lora.max_loras} slot(s) of rank {lora.max_lora_rank} take {slots:.2f} GiB per GPU from the KV "
-            "cache, and as much again in the profile run (a dummy adapter in every slot)"
+            "cache"
         )
     spec = settings.speculative
     if spec is not None:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
+from vllmctl.planner.versions import Version
 from vllmctl.planner.weights import stage_weight_bytes
 
 ROW_PARALLEL = frozenset({"o_proj", "down_proj"})  # input split by TP: LoRA A is split, B is whole
 # Models whose vLLM class lists embed_tokens and lm_head as LoRA embedding modules (llama.py:493-497; Qwen2
-# and Qwen3 list none): those get embedding and logits slots too, with 256 extra vocabulary rows.
+# and Qwen3 list none): those get embedding and logits slots too.
 EMBEDDING_LORA_TYPES = frozenset({"llama", "mistral"})
-EXTRA_VOCAB = 256  # LoRAConfig.lora_extra_vocab_size
-VOCAB_PADDING = 256  # the CUDA platform's lora_vocab_padding_size
+# Before 0.12 those slots held 256 extra vocabulary rows (LoRAConfig.lora_extra_vocab_size) and the logits
+# slot the vocabulary padded to 256 (lora_vocab_padding_size); 0.12 removed both (lora/layers/
+# vocal_parallel_embedding.py and logits_processor.py size them by the model's own vocabulary).
+EXTRA_VOCAB = 256
+VOCAB_PADDING = 256
+EXTRA_VOCAB_UNTIL: Version = (0, 12, 0)
 
 
 def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
@@ -32,7 +37,14 @@ def module_shapes(arch: ModelArch) -> dict[str, tuple[int, int]]:
     }
 
 
-def lora_slot_bytes(arch: ModelArch, lora: LoraSettings, dtype_bytes: int, tp: int = 1, pp: int = 1) -> float:
+def lora_slot_bytes(
+    arch: ModelArch,
+    lora: LoraSettings,
+    dtype_bytes: int,
+    tp: int = 1,
+    pp: int = 1,
+    version: Version = (0, 11, 0),
+) -> float:
     """The stacked A/B buffers of `max_loras` slots of `max_lora_rank` on one GPU, in the LoRA dtype (the
     model's). vLLM gives every LoRA-capable layer a slot whatever the adapters target (lora/models.py:606,
     `_match_target_modules` reads the model's supported modules): per projection per layer rank × in +
@@ -49,8 +61,10 @@ def lora_slot_bytes(arch: ModelArch, lora: LoraSettings, dtype_bytes: int, tp: i
     per_slot = per_layer * layers
     if arch.model_type in EMBEDDING_LORA_TYPES:
         hidden, vocab = arch.hidden_size, arch.vocab_size
-        padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
-        per_slot += EXTRA_VOCAB * hidden + (vocab + EXTRA_VOCAB) * rank + hidden * rank  # embedding
+        extra, padded = 0, vocab
+        if version < EXTRA_VOCAB_UNTIL:
+            extra, padded = EXTRA_VOCAB, -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+        per_slot += extra * hidden + (vocab + extra) * rank + hidden * rank  # embedding
         per_slot += rank * hidden + padded * rank  # logits (lm_head)
     return per_slot * lora.max_loras * dtype_bytes
 

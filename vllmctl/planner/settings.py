@@ -61,5 +61,7 @@ class VllmSettings:
     # MXFP4 MoE kernels: "marlin" | "triton" | "auto" (pip install: Triton on Hopper once vLLM bundles
     # triton_kernels; the vllm/vllm-openai images ship triton_kernels earlier)
     mxfp4_backend: str = "auto"
+    model_runner: str = "auto"  # VLLM_USE_V2_MODEL_RUNNER in the engine's environment: "v1" | "v2"
+    compile_cache: str = "cold"  # "warm": torch.compile's cache already holds this start's graphs
     lora: LoraSettings | None = None
     speculative: SpeculativeSettings | None = None

@@ -44,6 +44,7 @@ class DeploymentRequest:
     host: HostResources = field(default_factory=HostResources)  # host memory and GPU memory in use (facts)
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
     sampler: str = "auto"  # VLLM_USE_FLASHINFER_SAMPLER in the engine's environment: flashinfer | sort
+    model_runner: str = "auto"  # VLLM_USE_V2_MODEL_RUNNER in the engine's environment: v1 | v2
     tight_fit: bool = False  # accept a fit that holds only at the optimistic edge of the prediction's error
     lora: LoraRequest | None = None  # declared LoRA adapters
     draft: ModelArch | None = None  # the speculative draft's architecture, when it has one

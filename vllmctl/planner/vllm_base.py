@@ -109,6 +109,7 @@ def base_settings(
         enable_chunked_prefill=explicit.get("enable_chunked_prefill"),
         allow_long_max_model_len=request.allow_long_max_model_len,
         sampler=request.sampler,
+        model_runner=request.model_runner,
         lora=lora,
         speculative=speculative_settings(explicit, request),
     )

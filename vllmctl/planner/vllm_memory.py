@@ -1,11 +1,10 @@
-"""vLLM V1 startup memory accounting, per GPU: requested = total × utilization; available KV = requested −
-weights − profile-run activation peak − non-torch increase − (CUDA-graph estimate from v0.21, graphs on).
-"""
+"""vLLM V1-engine startup memory accounting, per GPU: requested = total × utilization; available KV =
+requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (from 0.21, graphs on) −
+the V2 model runner's counted buffers (model_runner.py says which runner starts and what it changes)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
@@ -13,6 +12,7 @@ from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import padded_vocab, pipeline_stages
 from vllmctl.planner.kv import kv_layout
 from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes
+from vllmctl.planner.model_runner import cold_compile_bytes, graph_estimate_in_budget, persistent_buffer_bytes
 from vllmctl.planner.multimodal import encoder_memory
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
@@ -44,7 +44,9 @@ PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile ru
 # need no full sort. FlashInfer samples by default in V1 where it is installed: an optional extra up to
 # 0.11 (so pip installs sort), installed but opt-in (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by
 # default from 0.21 (v1/sample/ops/topk_topp_sampler.py and envs.py of each version).
-SORTING_SAMPLER_BYTES = 38.4  # llm-d's Qwen3-32B on an H100 (0.11): 5.64 GiB peak for 1024 x 151,936 logits
+# The native sort: 38.5 bytes per logit, the median over the 10 public H100 starts whose profile peak is the
+# sampler (0.10-0.11: llm-d's eight, vllm#23278 and #27508; 38.2-39.0 each, benchmarks/planner_accuracy.py).
+SORTING_SAMPLER_BYTES = 38.5
 LIGHT_SAMPLER_BYTES = 8
 LIGHT_SAMPLER_SINCE: Version = (0, 21, 0)
 
@@ -75,6 +77,7 @@ class MemoryBreakdown:
     fits: bool
     max_model_len_that_fits: int
     startup_headroom_ok: bool
+    runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -162,24 +165,18 @@ def non_torch_bytes(settings: VllmSettings, interconnect: str) -> float:
     return GIB * (base + (PP_P2P_GIB if settings.pp > 1 else 0.0))
 
 
-@lru_cache(maxsize=65536)
-@dataclass(frozen=True)
-class SideBytes:
-    """Per GPU beyond the model's own weights: LoRA slots and a draft's weights (held from load), and the
-    dummy adapters the profile run activates in every slot (freed after it)."""
-
-    weights: float = 0.0
-    profile: float = 0.0
-
-
-def side_bytes(arch: ModelArch, settings: VllmSettings) -> SideBytes:
-    weights = profile = 0.0
+def side_weight_bytes(arch: ModelArch, settings: VllmSettings) -> float:
+    """Per GPU beyond the model's own weights, held from load: LoRA slots and a draft's weights. The profile
+    run's dummy adapters are built on the CPU and copied into those slots (lora/models.py, create_dummy_lora),
+    so they add nothing on the GPU."""
+    weights = 0.0
     if settings.lora is not None:
-        slots = lora_slot_bytes(arch, settings.lora, arch.dtype_bytes, settings.tp, settings.pp)
-        weights, profile = slots, slots
+        weights += lora_slot_bytes(
+            arch, settings.lora, arch.dtype_bytes, settings.tp, settings.pp, settings.version
+        )
     if settings.speculative is not None:
         weights += draft_weight_bytes(settings.speculative, settings.tp)
-    return SideBytes(weights, profile)
+    return weights
 
 
 def target_kv_share(settings: VllmSettings, layout: Any, gpu: GpuModel) -> float:
@@ -208,14 +205,17 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         settings.num_redundant_experts if settings.enable_eplb else 0,
     )
     stages = pipeline_stages(arch.num_layers, settings.pp)
-    extra = side_bytes(arch, settings)
-    weights_per_stage = tuple(w + extra.weights for w in weights_per_stage)
+    extra = side_weight_bytes(arch, settings)
+    weights_per_stage = tuple(w + extra for w in weights_per_stage)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items
     )
     nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
     non_torch = non_torch_bytes(settings, gpu.interconnect)
+    buffers = persistent_buffer_bytes(arch, settings)
+    compiling = cold_compile_bytes(arch, settings)
+    estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
         activation = (
@@ -229,7 +229,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
                 expert_parallel=settings.expert_parallel,
                 sampler=settings.sampler,
             )
-            + extra.profile
+            + compiling
         )
         if number == 0 and encoder.weights:
             # The encoder's profile run peaks on its own; its output embeddings stay for the decoder run.
@@ -244,11 +244,12 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             settings.block_size,
         )
         graphs = cudagraph_bytes(last - first, settings)
-        graphs_in_budget = settings.version >= CUDAGRAPH_PROFILING_SINCE and graphs > 0
+        graphs_in_budget = estimate_graphs and graphs > 0
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
         else:
-            available = requested - weights - activation - non_torch - (graphs if graphs_in_budget else 0.0)
+            graphs_taken = graphs if graphs_in_budget else 0.0
+            available = requested - weights - activation - non_torch - buffers - graphs_taken
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
         blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(settings, layout, gpu)))
         if best is None or blocks < best[0]:
@@ -289,4 +290,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         if usable
         else 0,
         startup_headroom_ok=headroom >= before_start and graphs_ok,
+        runner_buffers_gib=buffers / GIB,
     )

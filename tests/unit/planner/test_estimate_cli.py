@@ -149,3 +149,25 @@ def test_a_gpu_given_by_memory_takes_its_compute_capability(capsys: pytest.Captu
     turing = run_json(capsys, *argv, "--compute-capability", "7.5", code=1)
     rules = [r["rule"] for r in turing["refusals"]]  # type: ignore[union-attr]
     assert "quantization-min-capability" in rules
+
+
+def test_the_v2_runner_flags_show_a_cold_first_start_and_a_warm_restart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = (
+        "--model",
+        "Qwen/Qwen3-8B",
+        "--gpu",
+        "RTX 4090",
+        "--engine-version",
+        "0.27.1",
+        "--max-model-len",
+        "4096",
+    )
+    cold = run_json(capsys, *base)
+    warm = run_json(capsys, *base, "--compile-cache", "warm")
+    v1 = run_json(capsys, *base, "--model-runner", "v1")
+    assert float(warm["available_kv_cache_gib"]) - float(cold["available_kv_cache_gib"]) == pytest.approx(0.9)  # type: ignore[arg-type]
+    assert any("model runner: V2" in line for line in cold["reasons"])  # type: ignore[union-attr]
+    assert any(line == "model runner: V1" for line in v1["reasons"])  # type: ignore[union-attr]
+    assert v1["cudagraph_in_budget"] is True and cold["cudagraph_in_budget"] is False
