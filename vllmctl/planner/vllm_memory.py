@@ -22,7 +22,7 @@ from vllmctl.planner.versions import (
     Version,
     cudagraph_capture_sizes,
 )
-from vllmctl.planner.weights import expert_padding, stage_weight_bytes
+from vllmctl.planner.weights import expert_padding, rope_cache_bytes, stage_weight_bytes
 
 ACT_BYTES = 2  # activations run in bf16/fp16
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
@@ -205,7 +205,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         settings.num_redundant_experts if settings.enable_eplb else 0,
     )
     stages = pipeline_stages(arch.num_layers, settings.pp)
-    extra = side_weight_bytes(arch, settings)
+    extra = side_weight_bytes(arch, settings) + rope_cache_bytes(arch)
     weights_per_stage = tuple(w + extra for w in weights_per_stage)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items

@@ -136,14 +136,14 @@ def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
         plan_deployment(load_arch("meta-llama/Llama-3.3-70B-Instruct"), L4, 2, DeploymentRequest())
     assert caught.value.message == (
         "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
-        "at TP=2 weights 65.71 GiB + activations 1.21 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
+        "at TP=2 weights 65.74 GiB + activations 1.21 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
         "(gpu_memory_utilization 0.9); vLLM would refuse it (kv-cache-has-memory): No available memory for "
         "the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
     )
     assert caught.value.hint == (
         "options: use 16 GPUs (tensor_parallel_size 16, or pipeline_parallel_size 8 over 8 nodes); "
-        "a fp8 variant needs 33.85 GiB/GPU (still does not fit); "
-        "a 4-bit AWQ/GPTQ variant needs 18.52 GiB/GPU (still does not fit)"
+        "a fp8 variant needs 33.88 GiB/GPU (still does not fit); "
+        "a 4-bit AWQ/GPTQ variant needs 18.55 GiB/GPU (still does not fit)"
     )
 
 
