@@ -66,6 +66,7 @@ class ModelArch:
     layer_types: tuple[str, ...] = ()
     vision: VisionConfig | None = None
     architecture: str = ""  # the config's first `architectures` entry, e.g. LlamaForCausalLM
+    mtp_layers: int = 0  # num_nextn_predict_layers: the multi-token-prediction layers `method: mtp` loads
 
     @property
     def is_moe(self) -> bool:
@@ -187,6 +188,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         layer_types=layer_types,
         vision=vision,
         architecture=architecture,
+        mtp_layers=_int(config, "num_nextn_predict_layers"),
     )
 
 

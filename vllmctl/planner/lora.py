@@ -11,7 +11,7 @@ from vllmctl.catalog.adapters import AdapterConfig
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB
 from vllmctl.inventory.model import SpeculativeSpec
-from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes
+from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, mtp_weight_bytes
 from vllmctl.planner.settings import LoraSettings, SpeculativeSettings, VllmSettings
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest, LoraRequest
 
@@ -141,9 +141,18 @@ def with_side_memory_reasons(plan: DeploymentPlan, arch: ModelArch, settings: Vl
             "cache"
         )
     spec = settings.speculative
-    if spec is not None:
+    if spec is not None and spec.method == "mtp" and arch.mtp_layers:
+        weights = (
+            mtp_weight_bytes(arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp) / GIB
+        )
+        draft = (
+            f"the model's {arch.mtp_layers} MTP layer(s) take {weights:.2f} GiB per GPU and one more KV "
+            "layer each"
+        )
+    elif spec is not None:
         weights = draft_weight_bytes(spec, settings.tp) / GIB
         draft = f"draft weights {weights:.2f} GiB per GPU" if spec.draft is not None else "no draft weights"
+    if spec is not None:
         notes["speculative_config"] = f"{spec.method}, {spec.num_speculative_tokens} tokens per step; {draft}"
     if not notes:
         return plan

@@ -1,12 +1,13 @@
-"""GPU memory of LoRA slots and of a speculative draft, pure, per GPU: what vLLM allocates beside the weights
-(vllm/lora/models.py LoRAModelManager; v1/worker/gpu_model_runner.py loading the drafter)."""
+"""GPU memory of LoRA slots, a speculative draft and an MTP module, pure, per GPU: what vLLM allocates beside
+the weights (vllm/lora/models.py LoRAModelManager; v1/worker/gpu_model_runner.py loading the drafter)."""
 
 from __future__ import annotations
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.params import stage_linears
 from vllmctl.planner.settings import LoraSettings, SpeculativeSettings
 from vllmctl.planner.versions import Version
-from vllmctl.planner.weights import stage_weight_bytes
+from vllmctl.planner.weights import linear_bytes, stage_weight_bytes
 
 ROW_PARALLEL = frozenset({"o_proj", "down_proj"})  # input split by TP: LoRA A is split, B is whole
 # Models whose vLLM class lists embed_tokens and lm_head as LoRA embedding modules (llama.py:493-497; Qwen2
@@ -75,3 +76,18 @@ def draft_weight_bytes(spec: SpeculativeSettings, target_tp: int) -> float:
         return 0.0
     tp = spec.draft_tp or target_tp
     return float(stage_weight_bytes(spec.draft, tp, 1)[0])
+
+
+def mtp_weight_bytes(arch: ModelArch, tp: int, ep: bool = False, ep_ranks: int = 0) -> float:
+    """`method: mtp`'s module on one GPU (model_executor/models/deepseek_mtp.py): per predicted layer a
+    decoder layer shaped like the model's last, a SharedHead (norm and its own LM head, split by TP), and
+    enorm, hnorm and eh_proj, an nn.Linear(2 x hidden, hidden) whole on every rank; the embedding is the
+    target's (v1/spec_decode/eagle.py shares it when PP is 1)."""
+    if arch.mtp_layers == 0:
+        return 0.0
+    last = arch.num_layers - 1
+    parts = stage_linears(arch, tp, last, last + 1, embed=False, head=True, ep=ep, ep_ranks=ep_ranks)
+    layer = sum(linear_bytes(part, arch.quantization, arch.dtype_bytes) for part in parts)
+    hidden = arch.hidden_size
+    own = (2 * hidden * hidden + 2 * hidden) * arch.dtype_bytes
+    return float(arch.mtp_layers * (layer + own))

@@ -11,7 +11,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import padded_vocab, pipeline_stages
 from vllmctl.planner.kv import kv_layout
-from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes
+from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, mtp_weight_bytes
 from vllmctl.planner.model_runner import cold_compile_bytes, graph_estimate_in_budget, persistent_buffer_bytes
 from vllmctl.planner.multimodal import encoder_memory
 from vllmctl.planner.settings import VllmSettings
@@ -174,18 +174,27 @@ def side_weight_bytes(arch: ModelArch, settings: VllmSettings) -> float:
         weights += lora_slot_bytes(
             arch, settings.lora, arch.dtype_bytes, settings.tp, settings.pp, settings.version
         )
-    if settings.speculative is not None:
-        weights += draft_weight_bytes(settings.speculative, settings.tp)
+    spec = settings.speculative
+    if spec is not None and spec.method == "mtp":
+        weights += mtp_weight_bytes(arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp)
+    elif spec is not None:
+        weights += draft_weight_bytes(spec, settings.tp)
     return weights
 
 
-def target_kv_share(settings: VllmSettings, layout: Any, gpu: GpuModel) -> float:
-    """The fraction of KV memory the target's layers keep when a draft model's layers cache KV beside them."""
+def target_kv_share(arch: ModelArch, settings: VllmSettings, layout: Any, gpu: GpuModel) -> float:
+    """The fraction of KV memory the target's layers keep when a draft model's (or the MTP module's) layers
+    cache KV beside them in the same blocks."""
     spec = settings.speculative
-    if spec is None or spec.draft is None:
+    if spec is not None and spec.method == "mtp" and arch.mtp_layers:
+        draft = kv_layout(
+            arch, settings.tp, (0, arch.mtp_layers), settings.kv_cache_dtype, gpu.compute_capability
+        )
+    elif spec is not None and spec.draft is not None:
+        tp, layers = spec.draft_tp or settings.tp, (0, spec.draft.num_layers)
+        draft = kv_layout(spec.draft, tp, layers, settings.kv_cache_dtype, gpu.compute_capability)
+    else:
         return 1.0
-    tp, layers = spec.draft_tp or settings.tp, (0, spec.draft.num_layers)
-    draft = kv_layout(spec.draft, tp, layers, settings.kv_cache_dtype, gpu.compute_capability)
     own = float(layout.bytes_per_token)
     return own / (own + float(draft.bytes_per_token)) if own > 0 else 1.0
 
@@ -251,7 +260,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             graphs_taken = graphs if graphs_in_budget else 0.0
             available = requested - weights - activation - non_torch - buffers - graphs_taken
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
-        blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(settings, layout, gpu)))
+        blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(arch, settings, layout, gpu)))
         if best is None or blocks < best[0]:
             best = (blocks, (layout, weights, activation, graphs, graphs_in_budget, available))
     assert best is not None

@@ -18,7 +18,7 @@ from vllmctl.catalog.loader import load_arch
 from vllmctl.lab import tinylora
 from vllmctl.planner import DeploymentRequest, plan_deployment
 from vllmctl.planner.lora import choose_lora, lora_request
-from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, module_shapes
+from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, module_shapes, mtp_weight_bytes
 from vllmctl.planner.settings import LoraSettings, SpeculativeSettings, VllmSettings
 from vllmctl.planner.types import LoraRequest
 from vllmctl.planner.versions import parse_version
@@ -143,3 +143,33 @@ def test_the_lab_adapter_is_a_rank_8_peft_lora() -> None:
         tinylora.adapter_weights("alpha")["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
         != tinylora.adapter_weights("beta")["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"]
     ).any()
+
+
+def test_mtp_loads_the_models_own_next_token_layer_its_head_and_one_more_kv_layer() -> None:
+    r1 = load_arch("deepseek-ai/DeepSeek-R1", online=False)
+    assert r1.mtp_layers == 1  # num_nextn_predict_layers
+    # At TP 8: the MTP block's routed experts in FP8 (256 x 3 x 7168 x 2048 B / 8) 1.3125 GiB, its own LM head
+    # in bf16 (129,280 x 7168 x 2 B / 8) 0.2158 GiB, eh_proj whole on every rank (2 x 7168 x 7168 x 2 B)
+    # 0.1914 GiB; MLA attention, the shared expert, router, norms and scales add about 0.05 GiB.
+    mtp = mtp_weight_bytes(r1, 8) / GIB
+    assert 1.3125 + 0.2158 + 0.1914 < mtp < 1.3125 + 0.2158 + 0.1914 + 0.06
+    assert mtp_weight_bytes(LLAMA_8B, 1) == 0.0  # no MTP layers
+    h200 = lookup_gpu("H200")
+    base = VllmSettings(parse_version("0.11.0"), 8, 1, 0.9, 32768, 256, 8192)
+    plain = vllm_memory(r1, h200, base)
+    served = vllm_memory(r1, h200, replace(base, speculative=SpeculativeSettings("mtp", 1)))
+    assert served.weights_gib - plain.weights_gib == pytest.approx(mtp)
+    # one more MLA layer beside the 61 caches KV in the same blocks: the model keeps 61/62 of the bytes
+    share = served.kv_cache_tokens / plain.kv_cache_tokens
+    kept = served.available_kv_cache_gib / plain.available_kv_cache_gib
+    assert share == pytest.approx(kept * 61 / 62, rel=0.001)
+
+
+def test_plan_states_what_the_mtp_module_costs() -> None:
+    r1 = load_arch("deepseek-ai/DeepSeek-R1", online=False)
+    spec = {"method": "mtp", "num_speculative_tokens": 1}
+    plan = plan_deployment(
+        r1, lookup_gpu("H200"), 8, DeploymentRequest(engine_args={"speculative_config": spec})
+    )
+    reason = next(d.reason for d in plan.reasons if d.flag == "speculative_config")
+    assert reason.endswith("the model's 1 MTP layer(s) take 1.77 GiB per GPU and one more KV layer each")
