@@ -98,7 +98,8 @@ Examples that validate: `inventories/single-host.yml`, `inventories/mixed-fleet.
 - A secret reaches a model's env file (mode 0600) under its name in upper case (`hf_token` → `HF_TOKEN`),
   every model's unless the secret lists `models:`. Secret names and `vars.env` keys are environment
   variable names (`[A-Za-z_][A-Za-z0-9_]*`); two that meet in upper case are refused, and so are the
-  reserved names below.
+  reserved names below. `VLLM_USE_V2_MODEL_RUNNER` and `VLLM_USE_FLASHINFER_SAMPLER` must be integers
+  (vLLM reads them with `int()`); the planner follows both.
 - A local `source` (synced as root to the same path on each host) and `engine_args.download_dir` are
   absolute and normalized, without `.` or `..`, and not a system directory (`/`, `/etc`, `/usr`, `/lib*`,
   `/var/lib/vllmctl`, a whole home directory, an `.ssh` folder, ...).

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from vllmctl.inventory.resolve import Checker
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # the schema's env_name; other names it reports
+# vLLM's envs.py reads these as bool(int(value)): any other value stops the engine at start.
+READ_AS_INTEGER = ("VLLM_USE_V2_MODEL_RUNNER", "VLLM_USE_FLASHINFER_SAMPLER")
 
 
 def check_env(checker: Checker) -> None:
@@ -99,6 +101,13 @@ def check_host_env(checker: Checker) -> None:
             if other != name:
                 message = f"vars.env '{name}' and '{other}' differ only in case"
                 checker.add_at(where, message, "keep one: the engine would see both, and people one")
+            value = env[name]
+            if name in READ_AS_INTEGER and not re.fullmatch(r"\s*[+-]?\d+\s*", str(value)):
+                checker.add_at(
+                    checker.where(host, ("vars", "env", name)),
+                    f"vars.env {name}={value!r} stops vLLM at start: it reads the value as an integer",
+                    "set it to 1 or 0, or leave it out for vLLM's own choice",
+                )
             if name.upper() in secrets:
                 secret = secrets[name.upper()]
                 message = (

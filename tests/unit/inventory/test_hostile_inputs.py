@@ -65,6 +65,10 @@ CASES = [
     ("env-vs-secret", SECRETS.replace("count: 8}", "count: 8}, vars: {env: {API_TOKEN_X: '1'}}")
      + "secrets: {api_token_x: {env: T}}\n", "3:75 hosts.a.vars.env.API_TOKEN_X",
      "also the env name of secret 'api_token_x'", "remove it from vars.env"),
+    ("env-not-an-integer",
+     HOST.replace("count: 8}", "count: 8}, vars: {env: {VLLM_USE_V2_MODEL_RUNNER: 'yes'}}"),
+     "3:101 hosts.a.vars.env.VLLM_USE_V2_MODEL_RUNNER",
+     "stops vLLM at start: it reads the value as an integer", "set it to 1 or 0"),
     ("env-list", HOST.replace("count: 8}", "count: 8}, vars: {env: [A=1]}"),
      "3:74 hosts.a.vars.env", "expected a mapping, got a list", "NAME: value lines under env"),
     ("secret-scope-unknown-model", SECRETS + "secrets: {t: {env: T, models: [m, x]}}\n",
