@@ -58,13 +58,17 @@ def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> f
     return float(part.count * (packed + extra + bias))
 
 
+ROPE_IN_FLOAT32 = frozenset({"gpt_oss"})  # models/gpt_oss.py builds its YaRN rope with dtype=torch.float32
+
+
 def rope_cache_bytes(arch: ModelArch) -> float:
     """The rotary embedding's cos/sin cache, a buffer of every GPU's model in the model dtype, one per rope
     configuration (rotary_embedding get_rope caches the instance): positions (the derived length: YaRN's
     original length x factor, Llama 3's own) x rotary dim. Logged loads match to 0.01 %: Llama-3.1-8B 0.031
     GiB above its parameters, Qwen3-0.6B 0.0098."""
     dim = arch.qk_rope_head_dim if arch.is_mla else arch.head_dim
-    return float(arch.max_position_embeddings * dim * arch.dtype_bytes)
+    dtype_bytes = 4 if arch.model_type in ROPE_IN_FLOAT32 else arch.dtype_bytes
+    return float(arch.max_position_embeddings * dim * dtype_bytes)
 
 
 @lru_cache(maxsize=4096)
