@@ -143,7 +143,10 @@ def with_side_memory_reasons(plan: DeploymentPlan, arch: ModelArch, settings: Vl
     spec = settings.speculative
     if spec is not None and spec.method == "mtp" and arch.mtp_layers:
         weights = (
-            mtp_weight_bytes(arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp) / GIB
+            mtp_weight_bytes(
+                arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp, settings.version
+            )
+            / GIB
         )
         draft = (
             f"the model's {arch.mtp_layers} MTP layer(s) take {weights:.2f} GiB per GPU and one more KV "

@@ -78,15 +78,24 @@ def draft_weight_bytes(spec: SpeculativeSettings, target_tp: int) -> float:
     return float(stage_weight_bytes(spec.draft, tp, 1)[0])
 
 
-def mtp_weight_bytes(arch: ModelArch, tp: int, ep: bool = False, ep_ranks: int = 0) -> float:
+# v1/spec_decode/eagle.py from 0.16 replaces each MTP layer's shared_head.head with the target's lm_head;
+# before, the MTP module kept the head it loaded.
+MTP_SHARES_HEAD_SINCE: Version = (0, 16, 0)
+
+
+def mtp_weight_bytes(
+    arch: ModelArch, tp: int, ep: bool = False, ep_ranks: int = 0, version: Version = (0, 11, 0)
+) -> float:
     """`method: mtp`'s module on one GPU (model_executor/models/deepseek_mtp.py): per predicted layer a
-    decoder layer shaped like the model's last, a SharedHead (norm and its own LM head, split by TP), and
-    enorm, hnorm and eh_proj, an nn.Linear(2 x hidden, hidden) whole on every rank; the embedding is the
-    target's (v1/spec_decode/eagle.py shares it when PP is 1)."""
+    decoder layer shaped like the model's last, a SharedHead (norm, and before 0.16 its own LM head split
+    by TP), and enorm, hnorm and eh_proj, an nn.Linear(2 x hidden, hidden) whole on every rank; the embedding
+    is the target's (v1/spec_decode/eagle.py shares it when PP is 1). Public 0.20-0.23 pairs (Qwen3.6, tests/
+    unit/planner/data/mtp_startup_logs.jsonl) load exactly one decoder layer and eh_proj more."""
     if arch.mtp_layers == 0:
         return 0.0
     last = arch.num_layers - 1
-    parts = stage_linears(arch, tp, last, last + 1, embed=False, head=True, ep=ep, ep_ranks=ep_ranks)
+    own_head = version < MTP_SHARES_HEAD_SINCE
+    parts = stage_linears(arch, tp, last, last + 1, embed=False, head=own_head, ep=ep, ep_ranks=ep_ranks)
     layer = sum(linear_bytes(part, arch.quantization, arch.dtype_bytes) for part in parts)
     hidden = arch.hidden_size
     own = (2 * hidden * hidden + 2 * hidden) * arch.dtype_bytes

@@ -176,7 +176,9 @@ def side_weight_bytes(arch: ModelArch, settings: VllmSettings) -> float:
         )
     spec = settings.speculative
     if spec is not None and spec.method == "mtp":
-        weights += mtp_weight_bytes(arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp)
+        weights += mtp_weight_bytes(
+            arch, settings.tp, settings.expert_parallel, settings.tp * settings.dp, settings.version
+        )
     elif spec is not None:
         weights += draft_weight_bytes(spec, settings.tp)
     return weights

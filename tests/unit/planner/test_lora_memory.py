@@ -153,6 +153,9 @@ def test_mtp_loads_the_models_own_next_token_layer_its_head_and_one_more_kv_laye
     # 0.1914 GiB; MLA attention, the shared expert, router, norms and scales add about 0.05 GiB.
     mtp = mtp_weight_bytes(r1, 8) / GIB
     assert 1.3125 + 0.2158 + 0.1914 < mtp < 1.3125 + 0.2158 + 0.1914 + 0.06
+    # from 0.16 the MTP layer computes its logits with the target's LM head (eagle.py shares it)
+    shared = mtp_weight_bytes(r1, 8, version=(0, 16, 0)) / GIB
+    assert mtp - shared == pytest.approx(129280 * 7168 * 2 / 8 / GIB, rel=0.001)
     assert mtp_weight_bytes(LLAMA_8B, 1) == 0.0  # no MTP layers
     h200 = lookup_gpu("H200")
     base = VllmSettings(parse_version("0.11.0"), 8, 1, 0.9, 32768, 256, 8192)
