@@ -78,6 +78,7 @@ class MemoryBreakdown:
     max_model_len_that_fits: int
     startup_headroom_ok: bool
     runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
+    restart_kv_cache_tokens: int = 0  # a restart whose graphs torch.compile loads from its cache (V2: more)
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -276,6 +277,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     needed = layout.needed_bytes(settings.max_model_len, mnbt)
     usable = int(max(available, 0))
     fits = available > 0 and needed <= usable
+    restart = available + (compiling if settings.kv_cache_memory_bytes is None else 0.0)
+    restart_blocks = layout.num_blocks(int(max(restart, 0) * target_kv_share(arch, settings, layout, gpu)))
     return MemoryBreakdown(
         engine="vllm",
         total_gib=total / GIB,
@@ -302,4 +305,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         else 0,
         startup_headroom_ok=headroom >= before_start and graphs_ok,
         runner_buffers_gib=buffers / GIB,
+        restart_kv_cache_tokens=layout.tokens(restart_blocks),
     )

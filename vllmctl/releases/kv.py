@@ -49,6 +49,9 @@ def gpu_predictions(ctx: HostContext, plan: InventoryPlan) -> dict[str, dict[str
             "max_concurrency": float(memory.max_concurrency),
             "source": "planner",
         }
+        restart = int(getattr(memory, "restart_kv_cache_tokens", 0))
+        if restart > memory.kv_cache_tokens:  # V2: a restart loads its compiled graphs and keeps more KV
+            found[entry.model]["restart_kv_tokens"] = restart
     return found
 
 
@@ -147,6 +150,16 @@ def recorded_kv(
         int(predicted) if isinstance(predicted, int | float) else None,
         int(measured) if isinstance(measured, int | float) else None,
     )
+
+
+def recorded_restart_kv(manifest: Mapping[str, Any] | None, model: str) -> int | None:
+    """The KV tokens a restart with a warm torch.compile cache is predicted to get (V2), if recorded."""
+    plan = (manifest or {}).get("plan")
+    entry = plan.get(model) if isinstance(plan, Mapping) else None
+    kv = entry.get(KV_KEY) if isinstance(entry, Mapping) else None
+    predicted = kv.get("predicted") if isinstance(kv, Mapping) else None
+    restart = predicted.get("restart_kv_tokens") if isinstance(predicted, Mapping) else None
+    return int(restart) if isinstance(restart, int | float) else None
 
 
 def record_kv_step(manifest: Manifest) -> Step:

@@ -10,7 +10,7 @@ from typing import Any
 from vllmctl.bench.endpoints import Endpoint
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.releases.kv import recorded_kv
+from vllmctl.releases.kv import recorded_kv, recorded_restart_kv
 from vllmctl.status.advice import advise
 from vllmctl.status.metrics import EngineMetrics, rates
 from vllmctl.status.model import ModelStatus
@@ -77,6 +77,7 @@ def build_statuses(
                 advice=tuple(advise(engine, engine_args, snapshots, change, on_cpu=on_cpu)),
                 planned_kv_tokens=predicted if predicted is not None else _planned_tokens(deployment),
                 measured_kv_tokens=measured,
+                restart_kv_tokens=recorded_restart_kv(gathered.get("manifest"), endpoint.model),
                 error=latest.error if latest.metrics is None else "",
                 adapters=last.adapters,
             )

@@ -24,6 +24,7 @@ from vllmctl.releases.kv import (
     parse_startup_lines,
     record_kv_step,
     recorded_kv,
+    recorded_restart_kv,
     startup_lines_command,
     with_measured,
     with_predictions,
@@ -240,3 +241,10 @@ def test_the_gate_records_prediction_and_measurement_in_the_release(
     # the serving digest (units, venv) did not change: the next apply finds the host unchanged
     again = gate_host(ctx, host, lambda: None, opts)
     assert again.status == "unchanged"
+
+
+def test_a_v2_prediction_records_what_a_warm_restart_gets() -> None:
+    doc = {"plan": {"tiny": {"kv": {"predicted": {"kv_tokens": 100, "restart_kv_tokens": 120}}}}}
+    assert recorded_restart_kv(doc, "tiny") == 120
+    assert recorded_restart_kv({"plan": {"tiny": {"kv": {"predicted": {"kv_tokens": 100}}}}}, "tiny") is None
+    assert recorded_restart_kv(None, "tiny") is None

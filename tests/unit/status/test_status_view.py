@@ -172,3 +172,13 @@ def test_the_watch_screen_is_title_table_and_findings() -> None:
     title, header, row, *rest = out.getvalue().splitlines()
     assert title == "round 1" and header.startswith("HOST") and row.startswith("gpu-01")
     assert rest == findings([healthy()])
+
+
+def test_a_warm_restart_of_a_v2_engine_is_on_plan_up_to_its_restart_figure() -> None:
+    # planned 700 tokens for the cold first start, 800 for a restart that loads its compiled graphs
+    within = healthy(planned_kv_tokens=700, restart_kv_tokens=800, measured_kv_tokens=790)
+    assert within.kv_deviation == 0.0 and not within.kv_off_plan
+    above = healthy(planned_kv_tokens=700, restart_kv_tokens=800, measured_kv_tokens=880)
+    assert above.kv_deviation == 0.1 and above.kv_off_plan
+    below = healthy(planned_kv_tokens=700, restart_kv_tokens=800, measured_kv_tokens=630)
+    assert below.kv_deviation == -0.1 and below.kv_off_plan
