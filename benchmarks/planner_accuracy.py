@@ -85,7 +85,7 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
     for case in cases:
         record, s = case.record, case.settings
         memory = vllm_memory(case.arch, case.gpu, s)
-        if record.get("weights_gib"):
+        if record.get("weights_gib") and "weights_gib" not in (record.get("set_aside") or {}):
             logged = float(record["weights_gib"])
             weights.add(memory.weights_gib / logged - 1, case.label, _naive_weights_gib(case) / logged - 1)
         if not case.v1 or not case.known_gpu:
@@ -150,6 +150,9 @@ def main(argv: list[str]) -> int:
             if record.get("excluded"):
                 where = str(record.get("source"))[-60:]
                 print(f"  excluded: {record.get('model')} [{where}]: {record['excluded']}")
+            for figure, why in (record.get("set_aside") or {}).items():
+                where = str(record.get("source"))[-60:]
+                print(f"  {figure} set aside: {record.get('model')} [{where}]: {why}")
     figures, over = replay(cases)
     for figure in figures:
         print(figure.line())

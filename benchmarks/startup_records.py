@@ -194,6 +194,8 @@ def corrected(record: dict[str, Any]) -> dict[str, Any]:
             figures = {**(record.get("other_figures") or {}), **fix.get("other_figures", {})}
             if "exclude" in fix:  # reported, never scored: what no config-only planner can know
                 return {**record, "excluded": fix["exclude"]}
+            if "set_aside" in fix:  # one figure is the build's, not upstream vLLM's: the others still count
+                return {**record, "set_aside": fix["set_aside"]}
             notes = f"{record.get('notes') or ''} [corrected: {fix['why']}]".strip()
             return {**record, **fix.get("fields", {}), "other_figures": figures, "notes": notes}
     return record

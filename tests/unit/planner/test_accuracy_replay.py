@@ -14,8 +14,8 @@ from planner_accuracy import replay  # noqa: E402
 from startup_records import load_cases  # noqa: E402
 
 # A dirty sm_75 fork build (0.28.1rc1.dev50+...d20260828) loads Qwen2.5-1.5B at 2.98 GiB, 0.10 above its
-# checkpoint; upstream loads tied-embedding Qwen2.5 at checkpoint size.
-KNOWN_WEIGHT_MISSES = ("search-index id 67109588529",)
+# checkpoint; upstream 0.8.5.post1 loads the same checkpoint at 2.8871 GiB (search-index id 29633934917).
+SET_ASIDE_WEIGHTS = "search-index id 67109588529"
 
 
 def test_medians_meet_the_issue_targets_and_every_go_no_go_is_right() -> None:
@@ -30,8 +30,16 @@ def test_medians_meet_the_issue_targets_and_every_go_no_go_is_right() -> None:
     assert [case for case, error in zip(feasible.cases, feasible.errors, strict=True) if error] == []
 
 
-def test_only_the_explained_records_miss() -> None:
-    (weights, *_), over = replay(load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")[1])
+def test_no_weights_figure_is_off_by_more_than_3_percent_and_only_the_fork_build_is_set_aside() -> None:
+    records, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
+    (weights, *_), over = replay(cases)
     assert over == []
-    off = [case for case, error in zip(weights.cases, weights.errors, strict=True) if abs(error) > 0.03]
-    assert all(any(known in case for known in KNOWN_WEIGHT_MISSES) for case in off), off
+    assert max(abs(error) for error in weights.errors) <= 0.03
+    set_aside = [r["source"] for r in records if "weights_gib" in (r.get("set_aside") or {})]
+    assert set_aside and all(SET_ASIDE_WEIGHTS in source for source in set_aside), set_aside
+
+
+def test_the_upstream_load_of_the_set_aside_checkpoint_is_predicted_within_half_a_percent() -> None:
+    _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
+    (weights, *_), _ = replay([case for case in cases if "search-index id 29633934917" in case.label])
+    assert len(weights.errors) == 1 and abs(weights.errors[0]) <= 0.005
