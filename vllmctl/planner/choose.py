@@ -41,10 +41,33 @@ def _media_items(arch: ModelArch, request: DeploymentRequest, explicit: dict[str
     return request.images_per_prompt + request.videos_per_prompt
 
 
+def _videos(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> int:
+    if arch.vision is None:
+        return 0
+    limits = explicit.get("limit_mm_per_prompt")
+    if isinstance(limits, dict):
+        count = limits.get("video", 0)
+        return int(count) if isinstance(count, int) and not isinstance(count, bool) else 0
+    return request.videos_per_prompt
+
+
+def _video_unmodelled(arch: ModelArch) -> PlanError:
+    # vLLM profiles one video of as many frames as the context holds (get_num_frames_with_most_features)
+    return PlanError(
+        f"{arch.name} with videos per prompt: vLLM profiles its encoder with one video of as many frames as "
+        "the context holds, which the planner does not model (a public Qwen3-VL-30B-A3B start on 4x RTX 3090 "
+        "held 2.7 GiB more per GPU than an image profile), so it cannot promise this fits",
+        "options: videos_per_prompt: 0 (images only); or tight_fit: true to accept the image-based estimate "
+        "(vLLM may still refuse it)",
+    )
+
+
 def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: DeploymentRequest) -> DeploymentPlan:
     version = parse_version(request.engine_version)
     explicit = normalize_args(request.engine_args)
     arch = with_explicit_quantization(arch, explicit.get("quantization"))
+    if _videos(arch, request, explicit) and not request.tight_fit:
+        raise _video_unmodelled(arch)
     tuning = profile_tuning(request.profile, version, gpu)
     media = _media_items(arch, request, explicit)
     start = base_settings(arch, gpu, version, explicit, request, tuning, media)

@@ -57,7 +57,7 @@ class VllmSettings:
     swap_space_gib: float = DEFAULT_SWAP_SPACE_GIB
     enable_chunked_prefill: bool | None = None  # None: vLLM's default for the version
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the engine's environment
-    sampler: str = "auto"  # "flashinfer" | "sort" | "auto" (the version's default build)
+    sampler: str = "auto"  # "flashinfer" | "sort" (FlashInfer off: PyTorch sort, Triton from 0.17) | "auto"
     # MXFP4 MoE kernels: "marlin" | "triton" | "auto" (pip install: Triton on Hopper once vLLM bundles
     # triton_kernels; the vllm/vllm-openai images ship triton_kernels earlier)
     mxfp4_backend: str = "auto"

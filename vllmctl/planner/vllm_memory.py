@@ -40,14 +40,20 @@ V0_TP_NON_TORCH_GIB = 3.58
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
-# int64 indices, sort scratch, masks, re-scatter); FlashInfer's sampler and the Triton top-k/top-p of 0.21
-# need no full sort. FlashInfer samples by default in V1 where it is installed: an optional extra up to
-# 0.11 (so pip installs sort), installed but opt-in (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by
-# default from 0.21 (v1/sample/ops/topk_topp_sampler.py and envs.py of each version).
+# int64 indices, sort scratch, masks, re-scatter); FlashInfer's sampler needs no full sort, nor does the
+# Triton top-k/top-p that 0.17.0 runs for 8 rows and more (v1/sample/ops/topk_topp_triton.py: logits masked in
+# place, then softmax and the exponential race; 14 bytes per logit fits the 0.17.1 RTX 3090 starts of
+# TheBuccaneer/vllm-offload-profiles within 3 % of available KV). FlashInfer samples by default in V1 where it
+# is installed: an optional extra up to 0.11 (so pip installs sort), installed but opt-in
+# (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by default from 0.21 (v1/sample/ops/topk_topp_sampler.py
+# and envs.py of each version).
 # The native sort: 38.5 bytes per logit, the median over the 10 public H100 starts whose profile peak is the
 # sampler (0.10-0.11: llm-d's eight, vllm#23278 and #27508; 38.2-39.0 each, benchmarks/planner_accuracy.py).
 SORTING_SAMPLER_BYTES = 38.5
 LIGHT_SAMPLER_BYTES = 8
+TRITON_SAMPLER_BYTES = 14
+TRITON_SAMPLER_SINCE: Version = (0, 17, 0)
+TRITON_SAMPLER_MIN_ROWS = 8  # fewer rows take the PyTorch sort (topk_topp_sampler.apply_top_k_top_p)
 LIGHT_SAMPLER_SINCE: Version = (0, 21, 0)
 
 
@@ -123,10 +129,18 @@ def activation_peak_bytes(
     if not last_stage:
         return forward
     rows = min(max_num_seqs, max_num_batched_tokens)
-    light = sampler == "flashinfer" or (sampler == "auto" and version >= LIGHT_SAMPLER_SINCE)
-    per_logit = LIGHT_SAMPLER_BYTES if light else SORTING_SAMPLER_BYTES
+    per_logit = sampler_bytes_per_logit(sampler, version, rows)
     sampling = tokens * hidden * ACT_BYTES + rows * padded_vocab(arch, 1) * per_logit
     return max(forward, sampling)
+
+
+def sampler_bytes_per_logit(sampler: str, version: Version, rows: int) -> float:
+    """What the profile run's dummy sampler holds per full-vocabulary logit, by the sampler vLLM picks."""
+    if sampler == "flashinfer" or (sampler == "auto" and version >= LIGHT_SAMPLER_SINCE):
+        return LIGHT_SAMPLER_BYTES
+    if version >= TRITON_SAMPLER_SINCE and rows >= TRITON_SAMPLER_MIN_ROWS:
+        return TRITON_SAMPLER_BYTES
+    return SORTING_SAMPLER_BYTES
 
 
 def cudagraph_bytes(arch_layers: int, settings: VllmSettings) -> float:

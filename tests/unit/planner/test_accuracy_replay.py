@@ -28,6 +28,8 @@ def test_medians_meet_the_issue_targets_and_every_go_no_go_is_right() -> None:
     assert end_to_end.median() <= 0.02
     assert all(abs(error) <= 0.02 for error in tokens.errors)
     assert [case for case, error in zip(feasible.cases, feasible.errors, strict=True) if error] == []
+    # A call inside the error band counts as right (plan refuses it without tight_fit); it must stay rare.
+    assert len([case for case in feasible.cases if "inside the error band" in case]) <= 3
 
 
 def test_no_weights_figure_is_off_by_more_than_3_percent_and_only_the_fork_build_is_set_aside() -> None:

@@ -55,13 +55,15 @@ def test_activation_peak_is_max_of_forward_and_sampler() -> None:
     light_sampler = 2048 * 4096 * 2 + 256 * 128256 * 8
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0)) == max(forward, sorting_sampler)
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 27, 0)) == max(forward, light_sampler)
-    # 0.13-0.20 still sort natively (FlashInfer is opt-in there); FlashInfer, when used, does not sort
+    # 0.13-0.16 still sort natively (FlashInfer is opt-in there); FlashInfer, when used, does not sort;
+    # from 0.17 the native path masks top-k/top-p in place with Triton (FlashInfer off or not)
+    triton_sampler = 2048 * 4096 * 2 + 256 * 128256 * 14
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 13, 0)) == max(forward, sorting_sampler)
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0), sampler="flashinfer") == max(
         forward, light_sampler
     )
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 27, 0), sampler="sort") == max(
-        forward, sorting_sampler
+        forward, triton_sampler
     )
     big_forward = 2 * 16384 * 4096 * 2 + 16384 * 3 * 14336 * 2
     assert activation_peak_bytes(llama, 1, 16384, 16, (0, 27, 0)) == big_forward
@@ -147,3 +149,15 @@ def test_only_the_last_pipeline_stage_runs_the_sampler() -> None:
     forward = 2 * 2048 * 4096 * 2 + 2048 * 3 * 14336 * 2
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0), last_stage=False) == forward
     assert activation_peak_bytes(llama, 1, 2048, 256, (0, 11, 0), last_stage=True) > forward
+
+
+def test_the_sampler_vllm_picks_sets_the_bytes_per_logit() -> None:
+    from vllmctl.planner.vllm_memory import sampler_bytes_per_logit
+
+    sort, triton, light = 38.5, 14, 8
+    assert sampler_bytes_per_logit("auto", (0, 16, 0), 256) == sort  # no Triton top-k/top-p before 0.17
+    assert sampler_bytes_per_logit("auto", (0, 17, 0), 256) == triton
+    assert sampler_bytes_per_logit("auto", (0, 17, 1), 4) == sort  # fewer than 8 rows take the PyTorch sort
+    assert sampler_bytes_per_logit("sort", (0, 19, 0), 256) == triton  # FlashInfer off still runs Triton
+    assert sampler_bytes_per_logit("auto", (0, 21, 0), 256) == light  # FlashInfer by default
+    assert sampler_bytes_per_logit("flashinfer", (0, 12, 0), 256) == light

@@ -9,6 +9,7 @@ import pytest
 
 from vllmctl.catalog.gpus import lookup_gpu
 from vllmctl.catalog.loader import load_arch
+from vllmctl.errors import PlanError
 from vllmctl.planner import DeploymentRequest, plan_deployment
 from vllmctl.planner.multimodal import encoder_memory, encoder_params_per_rank
 from vllmctl.planner.settings import VllmSettings
@@ -166,3 +167,20 @@ def test_multimodal_on_a_text_model_warns() -> None:
     plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), H100, 1, DeploymentRequest(images_per_prompt=2))
     assert "limit_mm_per_prompt" not in plan.engine_args
     assert "multimodal is set but Qwen/Qwen3-8B has no vision encoder; ignored" in plan.warnings
+
+
+def test_videos_are_not_promised_a_fit_without_tight_fit() -> None:
+    arch = load_arch("Qwen/Qwen2.5-VL-7B-Instruct")
+    with pytest.raises(PlanError) as caught:
+        plan_deployment(arch, H100, 1, DeploymentRequest(max_model_len=32768, videos_per_prompt=1))
+    assert "profiles its encoder with one video" in str(caught.value)
+    assert "videos_per_prompt: 0" in caught.value.hint
+    explicit = {"limit_mm_per_prompt": {"image": 1, "video": 2}}
+    with pytest.raises(PlanError):
+        plan_deployment(arch, H100, 1, DeploymentRequest(max_model_len=32768, engine_args=explicit))
+    accepted = plan_deployment(
+        arch, H100, 1, DeploymentRequest(max_model_len=32768, videos_per_prompt=1, tight_fit=True)
+    )
+    assert accepted.engine_args["limit_mm_per_prompt"] == {"image": 1, "video": 1}
+    images = plan_deployment(arch, H100, 1, DeploymentRequest(max_model_len=32768, images_per_prompt=2))
+    assert images.engine_args["limit_mm_per_prompt"] == {"image": 2, "video": 0}
