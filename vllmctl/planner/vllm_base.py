@@ -31,7 +31,7 @@ def with_explicit_quantization(arch: ModelArch, flag: Any) -> ModelArch:
 
 def explicit_flags(explicit: dict[str, Any], request: DeploymentRequest) -> frozenset[str]:
     """The flags the user set: engine_args, and max_model_len from the deployment itself."""
-    given = set(explicit)
+    given = set(explicit) | {"version"}  # the engine release is always the inventory's (engine.version)
     if request.max_model_len:
         given.add("max_model_len")
     if "kv_cache_memory_bytes" in given:

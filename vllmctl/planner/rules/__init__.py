@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
-from vllmctl.planner.rules import adapters, device, memory, parallel, quantized, scheduler
+from vllmctl.planner.rules import adapters, device, memory, model, parallel, quantized, scheduler
 from vllmctl.planner.rules.base import HostResources, Refusal, Rule, RuleInput
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import V1_DEFAULT_SINCE
@@ -18,6 +18,9 @@ from vllmctl.planner.vllm_memory import MemoryBreakdown
 
 TP = "tensor_parallel_size"
 RULES: tuple[Rule, ...] = (
+    Rule("architecture-in-registry", "the model's architecture is in the release's model registry",
+         "vllm/model_executor/models/registry.py (_ModelRegistry._raise_for_unsupported)", ("version",),
+         model.architecture_in_registry, version_note="the class's first release is in rules/model.py"),
     Rule("attention-heads-divisible-by-tp", "attention heads divide by tensor_parallel_size",
          "vllm/config/model.py:1046-1052 (ModelConfig.verify_with_parallel_config)", (TP,),
          parallel.heads_divisible),
