@@ -46,15 +46,20 @@ def default_batch_limits(
     if version < V1_DEFAULT_SINCE:
         chunked = v0_chunked_prefill(max_model_len) if chunked_prefill is None else chunked_prefill
         return (512 if chunked else max(max_model_len, 2048)), 256
+    # engine/arg_utils.py _set_default_args_v1 of each release: the "large GPU" test was the device name
+    # (H100/H200) until 0.8.4, total memory >= 70 GiB in 0.8.5, and >= 70 GiB but not an A100 from 0.9.0;
+    # max_num_seqs was 1024 on every GPU until 0.8.3 and follows the same test from 0.8.4.
     name = gpu.smi_name.lower()
     if version >= (0, 9, 0):
         large = gpu.cuda_gib >= 70 and "a100" not in name
+    elif version >= (0, 8, 5):
+        large = gpu.cuda_gib >= 70
     else:
         large = "h100" in name or "h200" in name
+    seqs = 1024 if large or version < (0, 8, 4) else 256
     if large:
-        # 1024 sequences came with the memory-based rule (v0.9); 0.8.x kept 256 everywhere.
-        return (16384 if offline else 8192), 1024 if version >= (0, 9, 0) else 256
-    return (8192 if offline else 2048), 256
+        return (16384 if offline else 8192), seqs
+    return (8192 if offline else 2048), seqs
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:

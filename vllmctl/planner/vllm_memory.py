@@ -27,6 +27,7 @@ from vllmctl.planner.weights import expert_padding, rope_cache_bytes, stage_weig
 ACT_BYTES = 2  # activations run in bf16/fp16
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
 NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run (0.10 logs: 0.06-0.07 GiB)
+BASELINE_SNAPSHOT_SINCE: Version = (0, 9, 1)  # V1 measures from a snapshot taken after the CUDA context
 CUSTOM_ALLREDUCE_GIB = 0.14  # IPC buffers of vLLM's custom all-reduce when TP > 1
 # From 0.11 (NCCL set up before the snapshot) the profile run's first collectives still allocate NCCL and
 # symmetric-memory all-reduce buffers lazily: logged on H100 about 0.13 GiB at TP 1 and 0.54 GiB at TP 2.
@@ -177,6 +178,10 @@ def non_torch_bytes(settings: VllmSettings, interconnect: str) -> float:
             base = NON_TORCH_GIB + CUSTOM_ALLREDUCE_GIB
     else:
         base = NON_TORCH_GIB + (CUSTOM_ALLREDUCE_GIB if settings.tp > 1 else 0.0)
+    if settings.version < BASELINE_SNAPSHOT_SINCE and settings.version >= V1_DEFAULT_SINCE:
+        # 0.8.0-0.9.0 (v1/worker/gpu_worker.py determine_available_memory) took everything used on the device
+        # after the profile run, less PyTorch's allocations, as non-torch: the CUDA context and NCCL included
+        base += CUDA_CONTEXT_GIB + nccl_bytes(settings.tp, settings.pp, interconnect) / GIB
     return GIB * (base + (PP_P2P_GIB if settings.pp > 1 else 0.0))
 
 

@@ -41,6 +41,32 @@ def test_default_batch_limits_by_gpu_and_context() -> None:
     assert default_batch_limits(v, L4, offline=True) == (8192, 256)
 
 
+def test_early_v1_defaults_follow_each_releases_arg_utils() -> None:
+    a100, rtx4090 = lookup_gpu("A100-80GB"), lookup_gpu("RTX 4090")
+    assert default_batch_limits((0, 8, 3), rtx4090) == (2048, 1024)  # 1024 seqs on every GPU until 0.8.3
+    assert default_batch_limits((0, 8, 4), rtx4090) == (2048, 256)
+    assert default_batch_limits((0, 8, 4), a100) == (2048, 256)  # by name (H100/H200) until 0.8.4
+    assert default_batch_limits((0, 8, 5), a100) == (8192, 1024)  # >= 70 GiB in 0.8.5, A100 included
+    assert default_batch_limits((0, 9, 0), a100) == (2048, 256)
+
+
+def test_v1_before_0_9_1_counts_the_cuda_context_and_nccl_as_non_torch() -> None:
+    from vllmctl.planner.vllm_memory import CUDA_CONTEXT_GIB, nccl_bytes, non_torch_bytes
+
+    early = VllmSettings(
+        (0, 9, 0),
+        tp=4,
+        pp=1,
+        gpu_memory_utilization=0.9,
+        max_model_len=4096,
+        max_num_seqs=256,
+        max_num_batched_tokens=2048,
+    )
+    later = replace(early, version=(0, 9, 1))
+    extra = non_torch_bytes(early, "pcie") - non_torch_bytes(later, "pcie")
+    assert extra == pytest.approx(CUDA_CONTEXT_GIB * (1 << 30) + nccl_bytes(4, 1, "pcie"))
+
+
 def test_capture_sizes_follow_max_num_seqs() -> None:
     assert cudagraph_capture_sizes(256, 8192)[:5] == [1, 2, 4, 8, 16]
     assert cudagraph_capture_sizes(256, 8192)[-1] == 512

@@ -128,7 +128,7 @@ RULES: tuple[Rule, ...] = (
          needs_memory=True, version_note="V0 (before 0.8): worker/worker.py raise_if_cache_size_invalid"),
     Rule("free-memory-at-start", "free memory at start at least gpu_memory_utilization x total",
          "vllm/v1/worker/gpu_worker.py:181-194 (Worker.init_device)", ("gpu_memory_utilization",),
-         memory.free_memory_at_start, since=(0, 9, 0), needs_memory=True),
+         memory.free_memory_at_start, since=(0, 9, 1), needs_memory=True),
     Rule("cuda-graphs-fit-headroom", "before v0.21, CUDA graphs captured after the KV cache fit what the "
          "budget leaves", "vllm/v1/worker/gpu_model_runner.py (capture_model; an out-of-memory error)",
          ("gpu_memory_utilization", "enforce_eager", "compilation_config"), memory.graphs_fit_headroom,
