@@ -93,9 +93,11 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
         if record.get("weights_gib") and "weights_gib" not in aside:
             logged = float(record["weights_gib"])
             weights.add(memory.weights_gib / logged - 1, case.label, _naive_weights_gib(case) / logged - 1)
-        if not case.v1 or not case.known_gpu:
+        if not case.known_gpu or not (case.v1 or case.version_known):
             continue
-        logged_kv = None if "available_kv_cache_gib" in aside else record.get("available_kv_cache_gib")
+        # V0 logs print one worker's KV and the blocks of the smallest: KV figures are scored from V1 only
+        kv_scored = case.v1 and "available_kv_cache_gib" not in aside
+        logged_kv = record.get("available_kv_cache_gib") if kv_scored else None
         if logged_kv:
             error = memory.available_kv_cache_gib / float(logged_kv) - 1
             naive = memory.requested_gib - _naive_weights_gib(case)
@@ -108,7 +110,8 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
                 over.append(
                     f"{case.label}: predicted {memory.available_kv_cache_gib:.2f} GiB, logged {logged_kv}"
                 )
-        logged_tokens = None if "gpu_kv_cache_tokens" in aside else record.get("gpu_kv_cache_tokens")
+        tokens_scored = case.v1 and "gpu_kv_cache_tokens" not in aside
+        logged_tokens = record.get("gpu_kv_cache_tokens") if tokens_scored else None
         if logged_tokens:
             end_to_end.add(memory.kv_cache_tokens / int(logged_tokens) - 1, case.label)
             if logged_kv:

@@ -34,6 +34,11 @@ class Case:
         return str(self.record.get("engine") or "").startswith("V1")
 
     @property
+    def version_known(self) -> bool:
+        """A V0 record replays only with its release known: defaults and accounting changed within V0."""
+        return str(self.record.get("vllm_version") or "")[:1].isdigit()
+
+    @property
     def refused(self) -> bool:
         return bool(self.record.get("refusal")) or "FAILED" in str(self.record.get("notes") or "")
 

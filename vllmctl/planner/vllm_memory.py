@@ -33,11 +33,12 @@ CUSTOM_ALLREDUCE_GIB = 0.14  # IPC buffers of vLLM's custom all-reduce when TP >
 # symmetric-memory all-reduce buffers lazily: logged on H100 about 0.13 GiB at TP 1 and 0.54 GiB at TP 2.
 NON_TORCH_V011_GIB = 0.13
 NVLINK_TP_NON_TORCH_V011_GIB = 0.54
-# The V0 engine (before 0.8) counts everything on the device outside PyTorch after its profile run, the
-# CUDA context and NCCL included (worker/worker.py, determine_num_available_blocks): 1.79 GiB at TP 1 and
-# 3.58 GiB at TP 2 on an H100 (vLLM PR #10511's logs).
-V0_NON_TORCH_GIB = 1.79
-V0_TP_NON_TORCH_GIB = 3.58
+# The V0 engine (before 0.8) measures from a snapshot taken after the CUDA context and before NCCL starts
+# (worker/worker.py init_device, determine_num_available_blocks): released logs show 0.09-0.35 GiB of
+# non-torch at TP 1 (0.6.4 RTX 3090 vllm#10517, 0.7.1 V100), and at TP 8 x PP 2 on A100s 0.93 (first stage)
+# and 2.15 GiB (second stage, with the pipeline's send/recv buffers) in 0.8.3. The larger of each is used.
+V0_NON_TORCH_GIB = 0.35
+V0_TP_NON_TORCH_GIB = 1.4
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
