@@ -49,7 +49,7 @@ def vllm_estimate(
     out["fits"] = mem.fits and not memory
     out["refusals"] = [r.to_json() for r in [*static, *memory]]
     graphs = (
-        "subtracted (CUDA-graph memory profiling, default since v0.21)"
+        "subtracted (CUDA-graph memory profiling, default since v0.20)"
         if mem.cudagraph_in_budget
         else "not subtracted: captured after the KV allocation, out of the headroom"
     )

@@ -9,7 +9,7 @@ from vllmctl.errors import InputError
 
 Version = tuple[int, int, int]
 
-CUDAGRAPH_PROFILING_SINCE: Version = (0, 21, 0)  # PR #38284: estimate subtracted, util default 0.92
+CUDAGRAPH_PROFILING_SINCE: Version = (0, 20, 0)  # PR #38284: estimate subtracted, util 0.92 (0.20.0 wheel)
 NCCL_OUTSIDE_BUDGET_SINCE: Version = (0, 11, 0)  # PR #25359: NCCL initialised before the memory snapshot
 V1_DEFAULT_SINCE: Version = (0, 8, 0)  # the V1 engine (always chunked prefill) is the default from 0.8.0
 

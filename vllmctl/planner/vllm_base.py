@@ -18,7 +18,7 @@ from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentRequest
 from vllmctl.planner.versions import Version, default_gpu_memory_utilization
 
-SWAP_SPACE_UNTIL: Version = (0, 21, 0)  # CacheConfig.swap_space is gone in 0.21.0
+SWAP_SPACE_UNTIL: Version = (0, 18, 0)  # CacheConfig.swap_space is gone in 0.18.0 (0.17.0 has it)
 
 
 def with_explicit_quantization(arch: ModelArch, flag: Any) -> ModelArch:

@@ -1,5 +1,5 @@
 """vLLM V1-engine startup memory accounting, per GPU: requested = total × utilization; available KV =
-requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (from 0.21, graphs on) −
+requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (from 0.20, graphs on) −
 the V2 model runner's counted buffers (model_runner.py says which runner starts and what it changes)."""
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     assert best is not None
     blocks, (layout, weights, activation, graphs, graphs_in_budget, available) = best
     # vLLM refuses to start when free memory (total - CUDA context - NCCL from v0.11) is below the request;
-    # before v0.21 graphs are captured after the KV allocation, into the headroom plus the freed activations.
+    # before v0.20 graphs are captured after the KV allocation, into the headroom plus the freed activations.
     before_start = CUDA_CONTEXT_GIB * GIB + (0.0 if nccl_in_budget else nccl)
     headroom = total - requested
     graphs_ok = graphs_in_budget or headroom + activation >= before_start + graphs

@@ -70,7 +70,7 @@ def test_quantization_and_tp_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_version_changes_default_util_and_graph_accounting(capsys: pytest.CaptureFixture[str]) -> None:
-    old = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.20.0")
+    old = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.19.1")
     new = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.21.0")
     assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
     assert (old["cudagraph_in_budget"], new["cudagraph_in_budget"]) == (False, True)

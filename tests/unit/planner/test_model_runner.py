@@ -75,9 +75,9 @@ def test_the_environment_and_unsupported_features_decide_first() -> None:
 def test_v2_takes_no_graph_estimate_before_029() -> None:
     since = CUDAGRAPH_PROFILING_SINCE
     assert not graph_estimate_in_budget(QWEN3_8B, at("0.28.0"), since)  # V2 returns 0 before 0.29
-    assert graph_estimate_in_budget(QWEN3_MOE, at("0.28.0"), since)  # V1 runner: estimated since 0.21
+    assert graph_estimate_in_budget(QWEN3_MOE, at("0.28.0"), since)  # V1 runner: estimated since 0.20
     assert graph_estimate_in_budget(QWEN3_8B, at("0.29.0"), since)
-    assert not graph_estimate_in_budget(QWEN3_MOE, at("0.20.0"), since)
+    assert not graph_estimate_in_budget(QWEN3_MOE, at("0.19.1"), since)
     before, after = (vllm_memory(QWEN3_8B, RTX_4090, at(v)) for v in ("0.28.0", "0.29.0"))
     assert not before.cudagraph_in_budget and after.cudagraph_in_budget
 

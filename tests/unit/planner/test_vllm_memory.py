@@ -28,9 +28,9 @@ def settings(version: str = "0.11.0", **kw: object) -> VllmSettings:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_default_utilization_moves_to_092_in_021() -> None:
-    assert default_gpu_memory_utilization(parse_version("0.20.2")) == 0.90
-    assert default_gpu_memory_utilization(parse_version("v0.21.0rc1")) == 0.92
+def test_default_utilization_moves_to_092_in_020() -> None:
+    assert default_gpu_memory_utilization(parse_version("0.19.1")) == 0.90
+    assert default_gpu_memory_utilization(parse_version("v0.20.0")) == 0.92
 
 
 def test_default_batch_limits_by_gpu_and_context() -> None:
@@ -104,9 +104,9 @@ def test_available_is_requested_minus_weights_activation_non_torch() -> None:
     assert not mem.cudagraph_in_budget
 
 
-def test_cudagraph_estimate_subtracted_only_from_021_and_only_with_graphs() -> None:
+def test_cudagraph_estimate_subtracted_only_from_020_and_only_with_graphs() -> None:
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
-    old = vllm_memory(llama, H100, settings("0.20.0", sampler="flashinfer"))
+    old = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
     new = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
     eager = vllm_memory(llama, H100, settings("0.21.0", enforce_eager=True, sampler="flashinfer"))
     assert new.cudagraph_in_budget and not old.cudagraph_in_budget

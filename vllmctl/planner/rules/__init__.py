@@ -88,7 +88,7 @@ RULES: tuple[Rule, ...] = (
          scheduler.utilization_in_range),
     Rule("swap-space-within-host-memory", "swap_space x TP at most 70 % of host memory",
          "vllm/config/cache.py:204-218 (CacheConfig.verify_with_parallel_config)", ("swap_space", TP),
-         scheduler.swap_space_within_host_memory, until=(0, 21, 0)),
+         scheduler.swap_space_within_host_memory, until=(0, 18, 0)),
     Rule("max-model-len-within-derived", "max_model_len at most the model's derived length, unless "
          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "vllm/config/model.py:1867-1911 (_get_and_verify_max_len)",
          ("max_model_len",), scheduler.max_model_len_within_derived),
@@ -129,10 +129,10 @@ RULES: tuple[Rule, ...] = (
     Rule("free-memory-at-start", "free memory at start at least gpu_memory_utilization x total",
          "vllm/v1/worker/gpu_worker.py:181-194 (Worker.init_device)", ("gpu_memory_utilization",),
          memory.free_memory_at_start, since=(0, 9, 1), needs_memory=True),
-    Rule("cuda-graphs-fit-headroom", "before v0.21, CUDA graphs captured after the KV cache fit what the "
+    Rule("cuda-graphs-fit-headroom", "before v0.20, CUDA graphs captured after the KV cache fit what the "
          "budget leaves", "vllm/v1/worker/gpu_model_runner.py (capture_model; an out-of-memory error)",
          ("gpu_memory_utilization", "enforce_eager", "compilation_config"), memory.graphs_fit_headroom,
-         until=(0, 21, 0), needs_memory=True),
+         until=(0, 20, 0), needs_memory=True),
 )  # fmt: skip
 
 

@@ -83,7 +83,7 @@ def free_memory_at_start(given: RuleInput) -> Violation | None:
 
 
 def graphs_fit_headroom(given: RuleInput) -> Violation | None:
-    # before v0.21 CUDA graphs are captured after the KV cache is allocated (gpu_model_runner.capture_model),
+    # before v0.20 CUDA graphs are captured after the KV cache is allocated (gpu_model_runner.capture_model),
     # out of what the budget leaves plus the freed activations: an out-of-memory error, not a named check
     mem = _memory(given)
     if mem.cudagraph_in_budget or given.settings.enforce_eager:

@@ -16,7 +16,7 @@ MIN_CAPABILITY: dict[str, int] = {
     "experts_int8": 80, "moe_wna16": 70, "torchao": 75, "petit_nvfp4": 90, "compressed-tensors": 70,
 }  # fmt: skip
 COMPRESSED_SCHEME_CAPABILITY = {"fp8": 80, "w8a8": 75, "gptq": 80, "nvfp4": 80}
-FP8_MIN_CAPABILITY_75_SINCE: Version = (0, 21, 0)  # Fp8Config.get_min_capability returns 75 in 0.21.0
+FP8_MIN_CAPABILITY_75_SINCE: Version = (0, 14, 0)  # Fp8Config.get_min_capability: 80 in 0.13.0, 75 in 0.14.0
 # get_supported_act_dtypes() where it is narrower than {bfloat16, float16}.
 ACT_DTYPES: dict[str, tuple[str, ...]] = {"awq": ("float16",), "gptq": ("float16",), "mxfp4": ("bfloat16",)}
 # Methods whose get_config_filenames() is empty: vLLM quantizes an unquantized checkpoint while loading it.
