@@ -138,7 +138,8 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
     """vLLM flag names the user set on the command line (the GPU's description is not a flag)."""
     names = {k for k, v in vars(args).items() if v is not None and _UNSET.get(k) != v}
     names -= {"compute_capability", "gpu", "gpu_memory", "model", "engine", "engine_version", "json", "func"}
-    return frozenset(_FLAG_NAMES.get(name, name) for name in names)
+    # the engine release is the user's choice too (--engine-version, or the documented default)
+    return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {"version"}
 
 
 def _media(arch: ModelArch, args: argparse.Namespace) -> int:

@@ -171,3 +171,13 @@ def test_the_v2_runner_flags_show_a_cold_first_start_and_a_warm_restart(
     assert any("model runner: V2" in line for line in cold["reasons"])  # type: ignore[union-attr]
     assert any(line == "model runner: V1" for line in v1["reasons"])  # type: ignore[union-attr]
     assert v1["cudagraph_in_budget"] is True and cold["cudagraph_in_budget"] is False
+
+
+def test_a_model_newer_than_the_engine_release_is_refused_as_the_users_choice(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.8.3"]) == 2
+    err = capsys.readouterr().err
+    assert "Model architectures ['Qwen3ForCausalLM'] are not supported for now." in err
+    assert "engine version 0.8.4 or later" in err
+    assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.8.4"]) == 0
