@@ -21,6 +21,7 @@ from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
 from vllmctl.planner.estimate import Estimate, sglang_estimate, vllm_estimate
 from vllmctl.planner.rules.base import HostResources
+from vllmctl.planner.rules.model import ENGINE_RELEASE_FLAG
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.sglang_memory import SglangSettings
 from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
@@ -138,8 +139,7 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
     """vLLM flag names the user set on the command line (the GPU's description is not a flag)."""
     names = {k for k, v in vars(args).items() if v is not None and _UNSET.get(k) != v}
     names -= {"compute_capability", "gpu", "gpu_memory", "model", "engine", "engine_version", "json", "func"}
-    # the engine release is the user's choice too (--engine-version, or the documented default)
-    return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {"version"}
+    return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {ENGINE_RELEASE_FLAG}
 
 
 def _media(arch: ModelArch, args: argparse.Namespace) -> int:

@@ -32,23 +32,14 @@ from vllmctl.planner.vllm_reasons import Candidate, evaluate, finish_plan
 MAX_PIPELINE_NODES = 16
 
 
-def _media_items(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> int:
+def _media_limits(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> dict[str, int]:
+    """Items per prompt by modality the encoder is profiled with (limit_mm_per_prompt, else the request)."""
     if arch.vision is None:
-        return 0
+        return {}
     limits = explicit.get("limit_mm_per_prompt")
     if isinstance(limits, dict):
-        return sum(int(v) for v in limits.values() if isinstance(v, int) and not isinstance(v, bool))
-    return request.images_per_prompt + request.videos_per_prompt
-
-
-def _videos(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> int:
-    if arch.vision is None:
-        return 0
-    limits = explicit.get("limit_mm_per_prompt")
-    if isinstance(limits, dict):
-        count = limits.get("video", 0)
-        return int(count) if isinstance(count, int) and not isinstance(count, bool) else 0
-    return request.videos_per_prompt
+        return {str(k): int(v) for k, v in limits.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return {"image": request.images_per_prompt, "video": request.videos_per_prompt}
 
 
 def _video_unmodelled(arch: ModelArch) -> PlanError:
@@ -66,10 +57,11 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
     version = parse_version(request.engine_version)
     explicit = normalize_args(request.engine_args)
     arch = with_explicit_quantization(arch, explicit.get("quantization"))
-    if _videos(arch, request, explicit) and not request.tight_fit:
+    limits = _media_limits(arch, request, explicit)
+    if limits.get("video") and not request.tight_fit:
         raise _video_unmodelled(arch)
     tuning = profile_tuning(request.profile, version, gpu)
-    media = _media_items(arch, request, explicit)
+    media = sum(limits.values())
     start = base_settings(arch, gpu, version, explicit, request, tuning, media)
     reasons: list[Decision] = list(start.decisions)
     warnings: list[str] = []

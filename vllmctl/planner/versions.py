@@ -14,6 +14,10 @@ NCCL_OUTSIDE_BUDGET_SINCE: Version = (0, 11, 0)  # PR #25359: NCCL initialised b
 V1_DEFAULT_SINCE: Version = (0, 8, 0)  # the V1 engine (always chunked prefill) is the default from 0.8.0
 
 
+def format_version(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
 def parse_version(text: str) -> Version:
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not match:

@@ -12,6 +12,7 @@ from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.quant import ONLINE_QUANTIZATION
 from vllmctl.planner.lora import lora_settings, speculative_settings
 from vllmctl.planner.rules.device import fp8_kv_supported
+from vllmctl.planner.rules.model import ENGINE_RELEASE_FLAG
 from vllmctl.planner.rules.quantized import ACT_DTYPES, effective_method
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.tuning import Tuning
@@ -31,7 +32,7 @@ def with_explicit_quantization(arch: ModelArch, flag: Any) -> ModelArch:
 
 def explicit_flags(explicit: dict[str, Any], request: DeploymentRequest) -> frozenset[str]:
     """The flags the user set: engine_args, and max_model_len from the deployment itself."""
-    given = set(explicit) | {"version"}  # the engine release is always the inventory's (engine.version)
+    given = set(explicit) | {ENGINE_RELEASE_FLAG}
     if request.max_model_len:
         given.add("max_model_len")
     if "kv_cache_memory_bytes" in given:

@@ -11,6 +11,7 @@ from typing import Any
 from vllmctl.ops import Command, Step, Upload
 from vllmctl.planner.cpu_kv import predict_cpu_kv
 from vllmctl.planner.inventory_plan import InventoryPlan
+from vllmctl.planner.vllm_memory import MemoryBreakdown
 from vllmctl.releases.host import MANIFEST, Manifest, release_dir
 from vllmctl.render.quoting import shell_word
 from vllmctl.status.metrics import MeasuredKv, parse_startup_log
@@ -49,9 +50,9 @@ def gpu_predictions(ctx: HostContext, plan: InventoryPlan) -> dict[str, dict[str
             "max_concurrency": float(memory.max_concurrency),
             "source": "planner",
         }
-        restart = int(getattr(memory, "restart_kv_cache_tokens", 0))
-        if restart > memory.kv_cache_tokens:  # V2: a restart loads its compiled graphs and keeps more KV
-            found[entry.model]["restart_kv_tokens"] = restart
+        # V2: a restart loads its compiled graphs and keeps more KV (SGLang plans have no such figure)
+        if isinstance(memory, MemoryBreakdown) and memory.restart_kv_cache_tokens > memory.kv_cache_tokens:
+            found[entry.model]["restart_kv_tokens"] = memory.restart_kv_cache_tokens
     return found
 
 
@@ -135,14 +136,20 @@ def with_measured(manifest: Manifest, measured: Mapping[str, MeasuredKv]) -> Man
     return manifest
 
 
+def _kv_entry(manifest: Mapping[str, Any] | None, model: str) -> Mapping[str, Any] | None:
+    """The KV record a manifest (as JSON) keeps for one model, if any."""
+    plan = (manifest or {}).get("plan")
+    entry = plan.get(model) if isinstance(plan, Mapping) else None
+    kv = entry.get(KV_KEY) if isinstance(entry, Mapping) else None
+    return kv if isinstance(kv, Mapping) else None
+
+
 def recorded_kv(
     manifest: Mapping[str, Any] | None, model: str, replica: int
 ) -> tuple[int | None, int | None]:
     """(predicted, measured) KV tokens a manifest (as JSON) records for one replica; None where absent."""
-    plan = (manifest or {}).get("plan")
-    entry = plan.get(model) if isinstance(plan, Mapping) else None
-    kv = entry.get(KV_KEY) if isinstance(entry, Mapping) else None
-    if not isinstance(kv, Mapping):
+    kv = _kv_entry(manifest, model)
+    if kv is None:
         return None, None
     predicted = (kv.get("predicted") or {}).get("kv_tokens")
     measured = ((kv.get("measured") or {}).get(unit_name(model, replica)) or {}).get("kv_tokens")
@@ -154,10 +161,8 @@ def recorded_kv(
 
 def recorded_restart_kv(manifest: Mapping[str, Any] | None, model: str) -> int | None:
     """The KV tokens a restart with a warm torch.compile cache is predicted to get (V2), if recorded."""
-    plan = (manifest or {}).get("plan")
-    entry = plan.get(model) if isinstance(plan, Mapping) else None
-    kv = entry.get(KV_KEY) if isinstance(entry, Mapping) else None
-    predicted = kv.get("predicted") if isinstance(kv, Mapping) else None
+    kv = _kv_entry(manifest, model)
+    predicted = kv.get("predicted") if kv is not None else None
     restart = predicted.get("restart_kv_tokens") if isinstance(predicted, Mapping) else None
     return int(restart) if isinstance(restart, int | float) else None
 

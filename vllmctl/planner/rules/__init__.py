@@ -19,7 +19,8 @@ from vllmctl.planner.vllm_memory import MemoryBreakdown
 TP = "tensor_parallel_size"
 RULES: tuple[Rule, ...] = (
     Rule("architecture-in-registry", "the model's architecture is in the release's model registry",
-         "vllm/model_executor/models/registry.py (_ModelRegistry._raise_for_unsupported)", ("version",),
+         "vllm/model_executor/models/registry.py (_ModelRegistry._raise_for_unsupported)",
+         (model.ENGINE_RELEASE_FLAG,),
          model.architecture_in_registry, version_note="the class's first release is in rules/model.py"),
     Rule("attention-heads-divisible-by-tp", "attention heads divide by tensor_parallel_size",
          "vllm/config/model.py:1046-1052 (ModelConfig.verify_with_parallel_config)", (TP,),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.planner.settings import VllmSettings
-from vllmctl.planner.versions import Version
+from vllmctl.planner.versions import Version, format_version
 from vllmctl.planner.vllm_memory import MemoryBreakdown
 
 
@@ -110,10 +110,10 @@ class Rule:
 
     @property
     def versions(self) -> str:
-        low = ".".join(map(str, self.since)) if self.since != (0, 0, 0) else "all"
+        low = format_version(self.since) if self.since != (0, 0, 0) else "all"
         if self.until is None:
             text = f"{low} and later" if low != "all" else "all versions"
         else:
-            high = ".".join(map(str, self.until))
+            high = format_version(self.until)
             text = f"{low} to before {high}" if low != "all" else f"before {high}"
         return f"{text}; {self.version_note}" if self.version_note else text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from vllmctl.planner.rules.base import RuleInput, Violation
-from vllmctl.planner.versions import Version
+from vllmctl.planner.versions import Version, format_version
+
+ENGINE_RELEASE_FLAG = "version"  # engine.version (estimate: --engine-version), always the user's choice
 
 # The first release whose vllm/model_executor/models/registry.py lists the class, read from the PyPI wheels of
 # the release before and the release itself (0.6.5/0.6.6, 0.7.1/0.7.2, 0.8.3/0.8.4, 0.10.0/0.10.1,
@@ -21,10 +23,6 @@ ARCHITECTURE_SINCE: dict[str, Version] = {
 }
 
 
-def _release(version: Version) -> str:
-    return ".".join(map(str, version))
-
-
 def architecture_in_registry(given: RuleInput) -> Violation | None:
     # vllm/model_executor/models/registry.py (_ModelRegistry._raise_for_unsupported)
     name = given.arch.architecture
@@ -33,7 +31,7 @@ def architecture_in_registry(given: RuleInput) -> Violation | None:
         return None
     return Violation(
         f"Model architectures ['{name}'] are not supported for now.",
-        f"{name} first appears in vLLM {_release(since)}'s model registry; the engine is "
-        f"{_release(given.settings.version)}",
-        f"engine version {_release(since)} or later",
+        f"{name} first appears in vLLM {format_version(since)}'s model registry; the engine is "
+        f"{format_version(given.settings.version)}",
+        f"engine version {format_version(since)} or later",
     )
