@@ -48,11 +48,13 @@ def vllm_estimate(
     out["quantization"] = arch.quantization.vllm_method if arch.quantization else None
     out["fits"] = mem.fits and not memory
     out["refusals"] = [r.to_json() for r in [*static, *memory]]
-    graphs = (
-        "subtracted (CUDA-graph memory profiling, default since v0.20)"
-        if mem.cudagraph_in_budget
-        else "not subtracted: captured after the KV allocation, out of the headroom"
-    )
+    if mem.cudagraph_in_budget:
+        graphs = "subtracted (CUDA-graph memory profiling, default since v0.20)"
+    elif mem.cudagraph_profiled:
+        graphs = ("taken from the KV budget by the profiler's sample capture (v0.18-v0.19, estimate off), "
+                  "then captured after the KV allocation, out of the headroom")  # fmt: skip
+    else:
+        graphs = "not subtracted: captured after the KV allocation, out of the headroom"
     quant = arch.quantization.method if arch.quantization else arch.dtype
     out["reasons"] = [
         f"requested = {mem.total_gib:.2f} GiB x {settings.gpu_memory_utilization} "

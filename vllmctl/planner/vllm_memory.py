@@ -1,5 +1,6 @@
 """vLLM V1-engine startup memory accounting, per GPU: requested = total × utilization; available KV =
-requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (from 0.20, graphs on) −
+requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (graphs on: from 0.20, and
+from 0.18 as the sample capture's leftover in the non-torch increase) −
 the V2 model runner's counted buffers (model_runner.py says which runner starts and what it changes)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from vllmctl.planner.multimodal import encoder_memory
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
     CUDAGRAPH_PROFILING_SINCE,
+    GRAPHS_PROFILED_SINCE,
     NCCL_OUTSIDE_BUDGET_SINCE,
     V1_DEFAULT_SINCE,
     Version,
@@ -71,7 +73,7 @@ class MemoryBreakdown:
     non_torch_gib: float
     encoder_gib: float
     cudagraph_gib: float
-    cudagraph_in_budget: bool
+    cudagraph_in_budget: bool  # the capture itself is inside the budget (0.20+), not after the KV allocation
     nccl_gib: float
     nccl_in_budget: bool
     available_kv_cache_gib: float
@@ -87,6 +89,7 @@ class MemoryBreakdown:
     startup_headroom_ok: bool
     runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
     restart_kv_cache_tokens: int = 0  # a restart whose graphs torch.compile loads from its cache (V2: more)
+    cudagraph_profiled: bool = False  # the profiler's sample capture is taken from the KV budget (0.18+)
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -248,6 +251,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     buffers = persistent_buffer_bytes(arch, settings)
     compiling = cold_compile_bytes(arch, settings)
     estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)
+    profiled_graphs = graph_estimate_in_budget(arch, settings, GRAPHS_PROFILED_SINCE)
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
         activation = (
@@ -280,7 +284,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
         else:
-            graphs_taken = graphs if graphs_in_budget else 0.0
+            graphs_taken = graphs if profiled_graphs else 0.0
             available = requested - weights - activation - non_torch - buffers - graphs_taken
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
         blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(arch, settings, layout, gpu)))
@@ -326,4 +330,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         startup_headroom_ok=headroom >= before_start and graphs_ok,
         runner_buffers_gib=buffers / GIB,
         restart_kv_cache_tokens=layout.tokens(restart_blocks),
+        cudagraph_profiled=profiled_graphs and graphs > 0,
     )

@@ -16,8 +16,8 @@ from startup_records import load_cases  # noqa: E402
 # A dirty sm_75 fork build (0.28.1rc1.dev50+...d20260828) loads Qwen2.5-1.5B at 2.98 GiB, 0.10 above its
 # checkpoint; upstream 0.8.5.post1 loads the same checkpoint at 2.8871 GiB (search-index id 29633934917).
 SET_ASIDE_WEIGHTS = "search-index id 67109588529"
-# Unexplained: Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1 (one post, two configs) holds 0.9 GiB more in its
-# profile than modelled (the post's nvidia-smi confirms the logged KV); an open residual, named here.
+# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: with the 0.18-0.19 sample graph capture modelled, its
+# utilization-0.5 start is still 0.22 GiB over a 0.18 GiB log (weights 0.08, graph estimate ~0.06): named.
 KNOWN_KV_OVER = ("search-index id 51771234912",)
 
 
@@ -48,3 +48,12 @@ def test_the_upstream_load_of_the_set_aside_checkpoint_is_predicted_within_half_
     _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
     (weights, *_), _ = replay([case for case in cases if "search-index id 29633934917" in case.label])
     assert len(weights.errors) == 1 and abs(weights.errors[0]) <= 0.005
+
+
+def test_the_018_019_starts_with_cuda_graphs_lose_the_sample_capture_from_their_kv() -> None:
+    # before the capture was modelled: the A10G 0.19.1 post +10 %, the A100 0.19.0 gpt-oss-20b start +1 %
+    _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
+    chosen = [c for c in cases if "search-index id 51771234912" in c.label or "myoceane.fr" in c.label]
+    (_, available, *_), _ = replay(chosen)
+    near = [error for error in available.errors if abs(error) < 0.5]  # the 0.18 GiB refusal: named residual
+    assert len(near) == 2 and all(abs(error) <= 0.025 for error in near), available.errors

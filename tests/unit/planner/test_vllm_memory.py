@@ -106,13 +106,26 @@ def test_available_is_requested_minus_weights_activation_non_torch() -> None:
 
 def test_cudagraph_estimate_subtracted_only_from_020_and_only_with_graphs() -> None:
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
-    old = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
+    old = vllm_memory(llama, H100, settings("0.17.1", sampler="flashinfer"))
     new = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
     eager = vllm_memory(llama, H100, settings("0.21.0", enforce_eager=True, sampler="flashinfer"))
     assert new.cudagraph_in_budget and not old.cudagraph_in_budget
     assert new.cudagraph_gib > 0
     assert old.available_kv_cache_gib - new.available_kv_cache_gib == pytest.approx(new.cudagraph_gib)
     assert eager.cudagraph_gib == 0 and eager.available_kv_cache_gib == old.available_kv_cache_gib
+
+
+def test_the_sample_capture_in_the_profile_takes_the_estimate_from_018_the_capture_stays_outside() -> None:
+    # 0.18.0 moved profile_cudagraph_memory() inside memory_profiling() with the estimate still off
+    llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
+    before = vllm_memory(llama, H100, settings("0.17.1", sampler="flashinfer"))
+    profiled = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
+    eager = vllm_memory(llama, H100, settings("0.19.1", enforce_eager=True, sampler="flashinfer"))
+    assert profiled.cudagraph_profiled and not before.cudagraph_profiled and not eager.cudagraph_profiled
+    assert not profiled.cudagraph_in_budget  # captured after the KV allocation: headroom still checked
+    taken = before.available_kv_cache_gib - profiled.available_kv_cache_gib
+    assert taken == pytest.approx(profiled.cudagraph_gib)
+    assert eager.available_kv_cache_gib == before.available_kv_cache_gib
 
 
 def test_kv_cache_memory_skips_the_budget() -> None:
