@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vllmctl.catalog.arch import ModelArch
-
-ACT_BYTES = 2
+from vllmctl.planner.profile_run import ACT_BYTES
 
 
 @dataclass(frozen=True)

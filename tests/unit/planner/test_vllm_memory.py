@@ -9,6 +9,7 @@ import pytest
 
 from vllmctl.catalog.gpus import lookup_gpu
 from vllmctl.catalog.loader import load_arch
+from vllmctl.planner.profile_run import activation_peak_bytes
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import (
     cudagraph_capture_sizes,
@@ -16,7 +17,7 @@ from vllmctl.planner.versions import (
     default_gpu_memory_utilization,
     parse_version,
 )
-from vllmctl.planner.vllm_memory import activation_peak_bytes, vllm_memory
+from vllmctl.planner.vllm_memory import vllm_memory
 
 GIB = 1 << 30
 H100 = lookup_gpu("H100-80GB")
@@ -191,7 +192,7 @@ def test_only_the_last_pipeline_stage_runs_the_sampler() -> None:
 
 
 def test_the_sampler_vllm_picks_sets_the_bytes_per_logit() -> None:
-    from vllmctl.planner.vllm_memory import sampler_bytes_per_logit
+    from vllmctl.planner.profile_run import sampler_bytes_per_logit
 
     sort, triton, light = 38.5, 14, 8
     assert sampler_bytes_per_logit("auto", (0, 16, 0), 256) == sort  # no Triton top-k/top-p before 0.17
