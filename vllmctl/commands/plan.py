@@ -194,8 +194,8 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
     if memory.get("engine") == "sglang":
         return [f"{key}: {value}" for key, value in memory.items() if key != "engine"]
     graphs = "in budget" if memory["cudagraph_in_budget"] else "outside budget"
-    if not memory["cudagraph_in_budget"] and memory.get("cudagraph_profiled"):
-        graphs = "profiled in budget, captured outside"
+    if memory.get("graph_probe_gib"):
+        graphs += f", sample capture {_gib(memory['graph_probe_gib'])} in budget"
     encoder = memory.get("encoder_gib") or 0.0
     return [
         f"requested {_gib(memory['requested_gib'])} of {_gib(memory['total_gib'])} per GPU",

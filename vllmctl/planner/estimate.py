@@ -50,9 +50,12 @@ def vllm_estimate(
     out["refusals"] = [r.to_json() for r in [*static, *memory]]
     if mem.cudagraph_in_budget:
         graphs = "subtracted (CUDA-graph memory profiling, default since v0.20)"
-    elif mem.cudagraph_profiled:
-        graphs = ("taken from the KV budget by the profiler's sample capture (v0.18-v0.19, estimate off), "
-                  "then captured after the KV allocation, out of the headroom")  # fmt: skip
+    elif mem.graph_probe_gib:
+        residue = f"{mem.graph_probe_gib:.2f} GiB"
+        graphs = (
+            "captured after the KV allocation, out of the headroom; the profiler's sample capture "
+            f"(v0.18-v0.19) leaves {residue} of non-torch memory in the budget"
+        )
     else:
         graphs = "not subtracted: captured after the KV allocation, out of the headroom"
     quant = arch.quantization.method if arch.quantization else arch.dtype

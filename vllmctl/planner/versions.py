@@ -10,8 +10,7 @@ from vllmctl.errors import InputError
 Version = tuple[int, int, int]
 
 CUDAGRAPH_PROFILING_SINCE: Version = (0, 20, 0)  # PR #38284: estimate subtracted, util 0.92 (0.20.0 wheel)
-# the sample graph capture runs inside memory_profiling() from 0.18.0 (v1/worker/gpu_worker.py; not in
-# 0.17.1): with the estimate still off, public 0.18-0.19 starts lose about the estimate from their KV budget
+# the sample graph capture runs inside memory_profiling() from 0.18.0 (v1/worker/gpu_worker.py; not in 0.17.1)
 GRAPHS_PROFILED_SINCE: Version = (0, 18, 0)
 NCCL_OUTSIDE_BUDGET_SINCE: Version = (0, 11, 0)  # PR #25359: NCCL initialised before the memory snapshot
 V1_DEFAULT_SINCE: Version = (0, 8, 0)  # the V1 engine (always chunked prefill) is the default from 0.8.0

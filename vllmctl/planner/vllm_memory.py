@@ -1,6 +1,6 @@
 """vLLM V1-engine startup memory accounting, per GPU: requested = total × utilization; available KV =
-requested − weights − profile-run peak − non-torch increase − CUDA-graph estimate (graphs on: from 0.20, and
-from 0.18 as the sample capture's leftover in the non-torch increase) −
+requested − weights − profile-run peak − non-torch increase (0.18-0.19 with graphs: plus what the sample
+capture leaves) − CUDA-graph estimate (from 0.20, graphs on) −
 the V2 model runner's counted buffers (model_runner.py says which runner starts and what it changes)."""
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ NVLINK_TP_NON_TORCH_V011_GIB = 0.54
 # and 2.15 GiB (second stage, with the pipeline's send/recv buffers) in 0.8.3. The larger of each is used.
 V0_NON_TORCH_GIB = 0.35
 V0_TP_NON_TORCH_GIB = 1.4
+# 0.18-0.19 run a sample graph capture inside the memory profile but subtract no estimate: what the capture
+# leaves behind (kernels loaded for the capture sizes, driver state) lands in the non-torch increase. Eleven
+# public 0.17-0.19 starts: 0.17.1 with graphs and 0.19 eager within 0.08 GiB, 0.18-0.19 with graphs 0.14-0.35
+# GiB less KV than the rest of the model (weights error removed); the largest is taken. An A10G 0.19.1 AWQ
+# start lost 0.83 GiB (named residual, docs/planner.md).
+GRAPH_PROBE_RESIDUE_GIB = 0.35
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget
 
@@ -73,7 +79,7 @@ class MemoryBreakdown:
     startup_headroom_ok: bool
     runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
     restart_kv_cache_tokens: int = 0  # a restart whose graphs torch.compile loads from its cache (V2: more)
-    cudagraph_profiled: bool = False  # the profiler's sample capture is taken from the KV budget (0.18+)
+    graph_probe_gib: float = 0.0  # non-torch memory the 0.18-0.19 sample graph capture leaves in the budget
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -182,7 +188,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     buffers = persistent_buffer_bytes(arch, settings)
     compiling = cold_compile_bytes(arch, settings)
     estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)
-    profiled_graphs = graph_estimate_in_budget(arch, settings, GRAPHS_PROFILED_SINCE)
+    probed = graph_estimate_in_budget(arch, settings, GRAPHS_PROFILED_SINCE) and not estimate_graphs
+    probe = GRAPH_PROBE_RESIDUE_GIB * GIB if probed else 0.0
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
         activation = (
@@ -215,7 +222,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
         else:
-            graphs_taken = graphs if profiled_graphs else 0.0
+            graphs_taken = graphs if graphs_in_budget else (probe if graphs > 0 else 0.0)
             available = requested - weights - activation - non_torch - buffers - graphs_taken
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
         blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(arch, settings, layout, gpu)))
@@ -261,5 +268,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         startup_headroom_ok=headroom >= before_start and graphs_ok,
         runner_buffers_gib=buffers / GIB,
         restart_kv_cache_tokens=layout.tokens(restart_blocks),
-        cudagraph_profiled=profiled_graphs and graphs > 0,
+        graph_probe_gib=(probe if graphs > 0 and not graphs_in_budget else 0.0) / GIB,
     )

@@ -15,9 +15,10 @@ from startup_records import load_cases  # noqa: E402
 
 # A dirty sm_75 fork build (0.28.1rc1.dev50+...d20260828) loads Qwen2.5-1.5B at 2.98 GiB, 0.10 above its
 # checkpoint; upstream 0.8.5.post1 loads the same checkpoint at 2.8871 GiB (search-index id 29633934917).
-SET_ASIDE_WEIGHTS = "search-index id 67109588529"
-# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: with the 0.18-0.19 sample graph capture modelled, its
-# utilization-0.5 start is still 0.22 GiB over a 0.18 GiB log (weights 0.08, graph estimate ~0.06): named.
+# RedHatAI/Qwen3-0.6B-quantized.w4a16 replays with the name rule's guessed quantization (no stored config).
+SET_ASIDE_WEIGHTS = ("search-index id 67109588529", "search-index id 54318626907")
+# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: the sample graph capture of 0.18-0.19 left 0.83 GiB there, where
+# six other 0.18-0.19 starts show 0.14-0.35 (GRAPH_PROBE_RESIDUE_GIB); an open residual, named here.
 KNOWN_KV_OVER = ("search-index id 51771234912",)
 
 
@@ -41,7 +42,7 @@ def test_no_weights_figure_is_off_by_more_than_3_percent_and_only_the_fork_build
     assert all(any(known in line for known in KNOWN_KV_OVER) for line in over), over
     assert max(abs(error) for error in weights.errors) <= 0.03
     set_aside = [r["source"] for r in records if "weights_gib" in (r.get("set_aside") or {})]
-    assert set_aside and all(SET_ASIDE_WEIGHTS in source for source in set_aside), set_aside
+    assert set_aside and all(any(k in source for k in SET_ASIDE_WEIGHTS) for source in set_aside), set_aside
 
 
 def test_the_upstream_load_of_the_set_aside_checkpoint_is_predicted_within_half_a_percent() -> None:
@@ -50,10 +51,16 @@ def test_the_upstream_load_of_the_set_aside_checkpoint_is_predicted_within_half_
     assert len(weights.errors) == 1 and abs(weights.errors[0]) <= 0.005
 
 
-def test_the_018_019_starts_with_cuda_graphs_lose_the_sample_capture_from_their_kv() -> None:
-    # before the capture was modelled: the A10G 0.19.1 post +10 %, the A100 0.19.0 gpt-oss-20b start +1 %
+def test_the_018_019_starts_with_cuda_graphs_keep_only_the_sample_capture_residue_out_of_their_kv() -> None:
+    # without the residue: gpt-oss-20b (A100, 0.19.0) and Qwen3-0.6B (RTX 5090 laptop, 0.18.1) 0.35 GiB over
     _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
-    chosen = [c for c in cases if "search-index id 51771234912" in c.label or "myoceane.fr" in c.label]
-    (_, available, *_), _ = replay(chosen)
-    near = [error for error in available.errors if abs(error) < 0.5]  # the 0.18 GiB refusal: named residual
-    assert len(near) == 2 and all(abs(error) <= 0.025 for error in near), available.errors
+    chosen = [
+        c
+        for c in cases
+        if (0, 18, 0) <= c.settings.version < (0, 20, 0)
+        and not c.settings.enforce_eager
+        and not any(known in c.label for known in KNOWN_KV_OVER)
+    ]
+    (_, available, *_), over = replay(chosen)
+    assert len(available.errors) >= 5 and not over
+    assert all(-0.02 <= error <= 0.005 for error in available.errors), available.errors

@@ -17,7 +17,7 @@ from vllmctl.planner.versions import (
     default_gpu_memory_utilization,
     parse_version,
 )
-from vllmctl.planner.vllm_memory import vllm_memory
+from vllmctl.planner.vllm_memory import GRAPH_PROBE_RESIDUE_GIB, vllm_memory
 
 GIB = 1 << 30
 H100 = lookup_gpu("H100-80GB")
@@ -116,16 +116,18 @@ def test_cudagraph_estimate_subtracted_only_from_020_and_only_with_graphs() -> N
     assert eager.cudagraph_gib == 0 and eager.available_kv_cache_gib == old.available_kv_cache_gib
 
 
-def test_the_sample_capture_in_the_profile_takes_the_estimate_from_018_the_capture_stays_outside() -> None:
+def test_the_sample_capture_of_018_019_leaves_its_residue_in_the_budget_and_captures_outside() -> None:
     # 0.18.0 moved profile_cudagraph_memory() inside memory_profiling() with the estimate still off
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
     before = vllm_memory(llama, H100, settings("0.17.1", sampler="flashinfer"))
-    profiled = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
+    probed = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
     eager = vllm_memory(llama, H100, settings("0.19.1", enforce_eager=True, sampler="flashinfer"))
-    assert profiled.cudagraph_profiled and not before.cudagraph_profiled and not eager.cudagraph_profiled
-    assert not profiled.cudagraph_in_budget  # captured after the KV allocation: headroom still checked
-    taken = before.available_kv_cache_gib - profiled.available_kv_cache_gib
-    assert taken == pytest.approx(profiled.cudagraph_gib)
+    estimated = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
+    assert probed.graph_probe_gib == GRAPH_PROBE_RESIDUE_GIB
+    assert before.graph_probe_gib == eager.graph_probe_gib == estimated.graph_probe_gib == 0
+    assert not probed.cudagraph_in_budget  # captured after the KV allocation: headroom still checked
+    taken = before.available_kv_cache_gib - probed.available_kv_cache_gib
+    assert taken == pytest.approx(GRAPH_PROBE_RESIDUE_GIB)
     assert eager.available_kv_cache_gib == before.available_kv_cache_gib
 
 
