@@ -92,12 +92,17 @@ GPUS: tuple[GpuModel, ...] = (
     ),
     GpuModel("L40S", "NVIDIA L40S", 46068, 44.42, 864, 362, "pcie", (8, 9)),
     GpuModel("L40", "NVIDIA L40", 46068, 44.42, 864, 181, "pcie", (8, 9)),
-    GpuModel("A10G", "NVIDIA A10G", 23028, 22.19, 600, 125, "pcie", (8, 6)),
-    GpuModel("A10", "NVIDIA A10", 23028, 22.19, 600, 125, "pcie", (8, 6)),
-    GpuModel("L4", "NVIDIA L4", 23034, 22.17, 300, 121, "pcie", (8, 9)),
+    # Current drivers keep more of these cards than older ones did (A10G: 22.20 GiB in 2023 PyTorch
+    # reports); the totals are what vLLM's own "Free memory on device (x/TOTAL GiB)" lines print today:
+    # A10 22.06 (search-index id 59085660774), L4 22.03 (69519424968, 69659197413; an L4 on 0.28 budgets
+    # 9.92 GiB at 0.45), T4 14.56 (59008053197, 56752191968, 70877300827), RTX 3090 23.54 (TheBuccaneer's
+    # 0.17.1 logs).
+    GpuModel("A10G", "NVIDIA A10G", 23028, 22.06, 600, 125, "pcie", (8, 6)),
+    GpuModel("A10", "NVIDIA A10", 23028, 22.06, 600, 125, "pcie", (8, 6)),
+    GpuModel("L4", "NVIDIA L4", 23034, 22.03, 300, 121, "pcie", (8, 9)),
     GpuModel("RTX 4090", "NVIDIA GeForce RTX 4090", 24564, 23.99, 1008, 165, "pcie", (8, 9), ("4090",)),
-    GpuModel("RTX 3090", "NVIDIA GeForce RTX 3090", 24576, 23.57, 936, 71, "pcie", (8, 6), ("3090",)),
-    GpuModel("T4", "Tesla T4", 15360, 14.75, 320, 65, "pcie", (7, 5), ("nvidia t4",)),
+    GpuModel("RTX 3090", "NVIDIA GeForce RTX 3090", 24576, 23.54, 936, 71, "pcie", (8, 6), ("3090",)),
+    GpuModel("T4", "Tesla T4", 15360, 14.56, 320, 65, "pcie", (7, 5), ("nvidia t4",)),
     # Beyond the planning set: totals from typical CUDA out-of-memory reports, accurate to ~0.1 GiB.
     GpuModel("H20", "NVIDIA H20", 97871, 95.0, 4000, 148, "nvlink", (9, 0)),
     GpuModel("GH200", "NVIDIA GH200 480GB", 97871, 94.5, 4000, 989, "nvlink", (9, 0), ("gh200-96gb",)),

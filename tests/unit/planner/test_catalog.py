@@ -37,7 +37,7 @@ def test_gpu_memory_as_cuda_reports_it() -> None:
     assert lookup_gpu("H100-80GB").cuda_gib == 79.19
     assert lookup_gpu("L40S").cuda_gib == 44.42
     assert lookup_gpu("RTX 4090").cuda_gib == 23.99
-    assert lookup_gpu("RTX 3090").cuda_gib == 23.57
+    assert lookup_gpu("RTX 3090").cuda_gib == 23.54
     assert lookup_gpu("H100-80GB").smi_mib == 81559
 
 

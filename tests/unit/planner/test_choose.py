@@ -81,9 +81,9 @@ def test_explicit_engine_args_win_and_are_only_checked() -> None:
 
 
 def test_fp8_kv_cache_when_it_is_the_only_way_to_fit() -> None:
-    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, DeploymentRequest(max_model_len=36864))
+    plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), L4, 1, DeploymentRequest(max_model_len=32768))
     assert plan.engine_args["kv_cache_dtype"] == "fp8"
-    assert plan.engine_args["max_model_len"] == 36864
+    assert plan.engine_args["max_model_len"] == 32768
     assert any("fp8" in w for w in plan.warnings)
 
 
@@ -135,8 +135,8 @@ def test_nothing_fits_raises_plan_error_with_numbers_and_options() -> None:
     with pytest.raises(PlanError) as caught:
         plan_deployment(load_arch("meta-llama/Llama-3.3-70B-Instruct"), L4, 2, DeploymentRequest())
     assert caught.value.message == (
-        "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.17 GiB each): "
-        "at TP=2 weights 65.74 GiB + activations 1.21 GiB + other 0.21 GiB exceed the 19.95 GiB budget "
+        "meta-llama/Llama-3.3-70B-Instruct does not fit on 2x L4 (22.03 GiB each): "
+        "at TP=2 weights 65.74 GiB + activations 1.21 GiB + other 0.21 GiB exceed the 19.83 GiB budget "
         "(gpu_memory_utilization 0.9); vLLM would refuse it (kv-cache-has-memory): No available memory for "
         "the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
     )

@@ -89,7 +89,7 @@ def test_human_output_is_a_table_and_reasons(
     assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "L4"]) == 1
     captured = capsys.readouterr()
     assert "available_kv_cache_gib" in captured.out and "max_model_len_that_fits" in captured.out
-    assert "- requested = 22.17 GiB x 0.9" in captured.out
+    assert "- requested = 22.03 GiB x 0.9" in captured.out
     assert "To serve at least one request with the models's max seq len (40960)" in captured.err
     assert "max_model_len at most" in captured.err
 

@@ -108,7 +108,7 @@ def test_fp8_kv_fallback_is_never_chosen_where_the_backend_cannot_run_it(gpu: st
 
 
 def test_fp8_kv_fallback_is_chosen_on_ada() -> None:
-    request = DeploymentRequest(max_model_len=36864)
+    request = DeploymentRequest(max_model_len=32768)
     plan = plan_deployment(load_arch("Qwen/Qwen3-8B"), lookup_gpu("L4"), 1, request)
     assert plan.engine_args["kv_cache_dtype"] == "fp8"
 
