@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +79,11 @@ def find_gpu_in(record: dict[str, Any]) -> GpuModel | None:
         for end in range(len(words), 0, -1):
             named = named or find_gpu(" ".join(words[:end]))
     if total or reported:
+        # the total the log reports is the card's on that driver and platform (WSL2 shows more than Linux)
         cuda = float(total or reported[1])  # type: ignore[index]
-        if named is None or abs(named.cuda_gib - cuda) > 0.5:
+        if named is None:
             return custom_gpu(cuda)
-        return named
+        return named if abs(named.cuda_gib - cuda) <= 0.05 else replace(named, cuda_gib=cuda)
     if named is not None and mib:
         return (
             custom_gpu(smi_mib_to_cuda_gib(int(mib[1]), named.smi_name))

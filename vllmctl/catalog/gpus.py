@@ -55,7 +55,8 @@ class GpuModel:
 GPUS: tuple[GpuModel, ...] = (
     GpuModel("B200", "NVIDIA B200", 183359, 178.36, 8000, 2250, "nvlink", (10, 0)),
     GpuModel("H200", "NVIDIA H200", 143771, 139.81, 4800, 989, "nvlink", (9, 0), ("h200-141gb", "h200 sxm")),
-    GpuModel("H100-NVL", "NVIDIA H100 NVL", 95830, 93.09, 3900, 835, "nvlink", (9, 0), ("h100-94gb",)),
+    # 93.00 in a named H100 NVL's out-of-memory report (ali-vilab/VACE#56, 2025-05); 93.09 in others
+    GpuModel("H100-NVL", "NVIDIA H100 NVL", 95830, 93.00, 3900, 835, "nvlink", (9, 0), ("h100-94gb",)),
     GpuModel(
         "H100-80GB",
         "NVIDIA H100 80GB HBM3",
@@ -100,7 +101,9 @@ GPUS: tuple[GpuModel, ...] = (
     GpuModel("A10G", "NVIDIA A10G", 23028, 22.06, 600, 125, "pcie", (8, 6)),
     GpuModel("A10", "NVIDIA A10", 23028, 22.06, 600, 125, "pcie", (8, 6)),
     GpuModel("L4", "NVIDIA L4", 23034, 22.03, 300, 121, "pcie", (8, 9)),
-    GpuModel("RTX 4090", "NVIDIA GeForce RTX 4090", 24564, 23.99, 1008, 165, "pcie", (8, 9), ("4090",)),
+    # Linux: 23.64 (RTX 4090 out-of-memory reports on driver 550, search-index id 70153872234; 8x 4090 on
+    # torch cu128, 49432745913); 23.99 is what Windows/WSL2 (WDDM) reports
+    GpuModel("RTX 4090", "NVIDIA GeForce RTX 4090", 24564, 23.64, 1008, 165, "pcie", (8, 9), ("4090",)),
     GpuModel("RTX 3090", "NVIDIA GeForce RTX 3090", 24576, 23.54, 936, 71, "pcie", (8, 6), ("3090",)),
     GpuModel("T4", "Tesla T4", 15360, 14.56, 320, 65, "pcie", (7, 5), ("nvidia t4",)),
     # Beyond the planning set: totals from typical CUDA out-of-memory reports, accurate to ~0.1 GiB.
@@ -108,7 +111,8 @@ GPUS: tuple[GpuModel, ...] = (
     GpuModel("GH200", "NVIDIA GH200 480GB", 97871, 94.5, 4000, 989, "nvlink", (9, 0), ("gh200-96gb",)),
     GpuModel("A40", "NVIDIA A40", 46068, 44.35, 696, 150, "pcie", (8, 6)),
     GpuModel("RTX A6000", "NVIDIA RTX A6000", 49140, 47.54, 768, 155, "pcie", (8, 6), ("a6000",)),
-    GpuModel("RTX 6000 Ada", "NVIDIA RTX 6000 Ada Generation", 49140, 47.5, 960, 364, "pcie", (8, 9)),
+    # 47.37 beside vLLM on a named RTX 6000 Ada (search-index id 53811563544, 2026-04)
+    GpuModel("RTX 6000 Ada", "NVIDIA RTX 6000 Ada Generation", 49140, 47.37, 960, 364, "pcie", (8, 9)),
     GpuModel("RTX 5090", "NVIDIA GeForce RTX 5090", 32607, 31.36, 1792, 210, "pcie", (12, 0), ("5090",)),
     GpuModel(
         "V100-32GB", "Tesla V100-SXM2-32GB", 32768, 31.75, 900, 125, "nvlink", (7, 0), ("v100-sxm2-32gb",)
@@ -168,6 +172,9 @@ def smi_mib_to_cuda_gib(smi_mib: int, name: str | None = None) -> float:
         gpu = same_size[0] if same_size else None
     if gpu is not None and gpu.smi_mib == smi_mib:
         return gpu.cuda_gib
+    if gpu is not None:
+        # the same card with ECC on (an RTX 6000 Ada: 46068 MiB, 44.43 GiB) keeps its own reserve ratio
+        return round(gpu.cuda_gib * smi_mib / gpu.smi_mib, 2)
     # Typical datacenter reserve (H100: 81559 MiB → 79.19 GiB) when the card is not in the catalog.
     return round(smi_mib / 1024 * 0.99426, 2)
 

@@ -36,7 +36,7 @@ def test_gpu_names_match_leniently(name: str, expected: str) -> None:
 def test_gpu_memory_as_cuda_reports_it() -> None:
     assert lookup_gpu("H100-80GB").cuda_gib == 79.19
     assert lookup_gpu("L40S").cuda_gib == 44.42
-    assert lookup_gpu("RTX 4090").cuda_gib == 23.99
+    assert lookup_gpu("RTX 4090").cuda_gib == 23.64  # Linux; Windows/WSL2 reports 23.99
     assert lookup_gpu("RTX 3090").cuda_gib == 23.54
     assert lookup_gpu("H100-80GB").smi_mib == 81559
 
@@ -44,8 +44,13 @@ def test_gpu_memory_as_cuda_reports_it() -> None:
 def test_smi_mib_to_cuda_total() -> None:
     assert smi_mib_to_cuda_gib(81559) == 79.19
     assert smi_mib_to_cuda_gib(46068, "NVIDIA L40S") == 44.42
-    assert smi_mib_to_cuda_gib(24564, "NVIDIA GeForce RTX 4090") == 23.99
+    assert smi_mib_to_cuda_gib(24564, "NVIDIA GeForce RTX 4090") == 23.64
     assert smi_mib_to_cuda_gib(50000) == pytest.approx(50000 / 1024 * 0.99426, abs=0.01)
+
+
+def test_a_known_card_with_ecc_on_keeps_its_own_reserve() -> None:
+    # an RTX 6000 Ada with ECC: nvidia-smi 46068 MiB, CUDA 44.43 GiB (the generic datacenter ratio says 44.73)
+    assert smi_mib_to_cuda_gib(46068, "NVIDIA RTX 6000 Ada Generation") == pytest.approx(44.43, abs=0.03)
 
 
 def test_unknown_gpu_suggests_close_names() -> None:

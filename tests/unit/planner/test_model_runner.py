@@ -28,7 +28,8 @@ from vllmctl.planner.versions import CUDAGRAPH_PROFILING_SINCE, parse_version
 from vllmctl.planner.vllm_memory import vllm_memory
 
 GIB = 1 << 30
-RTX_4090 = lookup_gpu("RTX 4090")
+# these logs come from a WSL2 desktop, where the card reports 23.99 GiB (Linux: 23.64, the catalog's)
+RTX_4090 = replace(lookup_gpu("RTX 4090"), cuda_gib=23.99)
 QWEN3_8B = load_arch("Qwen/Qwen3-8B", online=False)
 QWEN25_7B = load_arch("Qwen/Qwen2.5-7B", online=False)
 QWEN3_MOE = load_arch("Qwen/Qwen3-30B-A3B", online=False)
