@@ -42,10 +42,10 @@ NVLINK_TP_NON_TORCH_V011_GIB = 0.54
 V0_NON_TORCH_GIB = 0.35
 V0_TP_NON_TORCH_GIB = 1.4
 # 0.18-0.19 run a sample graph capture inside the memory profile but subtract no estimate: what the capture
-# leaves behind (kernels loaded for the capture sizes, driver state) lands in the non-torch increase. Eleven
-# public 0.17-0.19 starts: 0.17.1 with graphs and 0.19 eager within 0.08 GiB, 0.18-0.19 with graphs 0.14-0.35
-# GiB less KV than the rest of the model (weights error removed); the largest is taken. An A10G 0.19.1 AWQ
-# start lost 0.83 GiB (named residual, docs/planner.md).
+# leaves behind (kernels loaded for the capture sizes, driver state) lands in the non-torch increase. Public
+# starts: nine 0.17.1 with graphs and a 0.19 eager one within 0.08 GiB of the rest of the model, six 0.18-0.19
+# with graphs 0.14-0.35 GiB below it (weights error removed); the largest is taken. An A10G 0.19.1 AWQ start
+# lost about 0.7 GiB (named residual, docs/planner.md).
 GRAPH_PROBE_RESIDUE_GIB = 0.35
 GRAPH_MIB_PER_PIECE = 0.3  # pool growth per captured batch size per piecewise graph segment
 PP_P2P_GIB = 0.75  # NCCL send/recv buffers are created lazily in the profile run, so they land in budget

@@ -18,8 +18,8 @@ SET_ASIDE_WEIGHTS = ("search-index id 54318626907",)
 # Qwen2.5-1.5B loads at 2.98 GiB on 0.28.1rc1 (a fork build) and on the stock 0.30.0 image, 0.10 above the
 # planner and above 0.7.2/0.8.5's 2.887 (search-index id 29633934917); not explained, named here.
 KNOWN_WEIGHTS_UNDER = ("search-index id 67109588529", "search-index id 71535514190")
-# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: the sample graph capture of 0.18-0.19 left 0.83 GiB there, where
-# six other 0.18-0.19 starts show 0.14-0.35 (GRAPH_PROBE_RESIDUE_GIB); an open residual, named here.
+# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: 0.44-0.54 GiB over after the 0.18-0.19 sample graph capture
+# (GRAPH_PROBE_RESIDUE_GIB, 0.14-0.35 on six other starts) and today's A10G total: an open residual, named.
 KNOWN_KV_OVER = ("search-index id 51771234912",)
 
 
