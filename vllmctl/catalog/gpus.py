@@ -55,6 +55,9 @@ class GpuModel:
 GPUS: tuple[GpuModel, ...] = (
     GpuModel("B200", "NVIDIA B200", 183359, 178.36, 8000, 2250, "nvlink", (10, 0)),
     GpuModel("H200", "NVIDIA H200", 143771, 139.81, 4800, 989, "nvlink", (9, 0), ("h200-141gb", "h200 sxm")),
+    # same nvidia-smi total as the SXM card, less for CUDA: 139.72 GiB on h200_nvl nodes (search-index id
+    # 69479871691, 2026-09)
+    GpuModel("H200-NVL", "NVIDIA H200 NVL", 143771, 139.72, 4800, 835, "nvlink", (9, 0), ("h200 nvl",)),
     # 93.00 in a named H100 NVL's out-of-memory report (ali-vilab/VACE#56, 2025-05); 93.09 in others
     GpuModel("H100-NVL", "NVIDIA H100 NVL", 95830, 93.00, 3900, 835, "nvlink", (9, 0), ("h100-94gb",)),
     GpuModel(

@@ -48,6 +48,12 @@ def test_smi_mib_to_cuda_total() -> None:
     assert smi_mib_to_cuda_gib(50000) == pytest.approx(50000 / 1024 * 0.99426, abs=0.01)
 
 
+def test_the_h200_nvl_is_its_own_card_not_the_sxm_one() -> None:
+    assert smi_mib_to_cuda_gib(143771, "NVIDIA H200 NVL") == 139.72
+    assert smi_mib_to_cuda_gib(143771, "NVIDIA H200") == 139.81
+    assert smi_mib_to_cuda_gib(143771) == 139.81  # an unnamed card of that size: the SXM one, listed first
+
+
 def test_a_known_card_with_ecc_on_keeps_its_own_reserve() -> None:
     # an RTX 6000 Ada with ECC: nvidia-smi 46068 MiB, CUDA 44.43 GiB (the generic datacenter ratio says 44.73)
     assert smi_mib_to_cuda_gib(46068, "NVIDIA RTX 6000 Ada Generation") == pytest.approx(44.43, abs=0.03)
