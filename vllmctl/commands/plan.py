@@ -194,13 +194,13 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
     if memory.get("engine") == "sglang":
         return [f"{key}: {value}" for key, value in memory.items() if key != "engine"]
     graphs = "in budget" if memory["cudagraph_in_budget"] else "outside budget"
-    if memory.get("graph_probe_gib"):
-        graphs += f", sample capture {_gib(memory['graph_probe_gib'])} in budget"
+    probe = memory.get("graph_probe_gib") or 0.0
+    non_torch = _gib(memory["non_torch_gib"]) + (f" (sample graph capture {_gib(probe)})" if probe else "")
     encoder = memory.get("encoder_gib") or 0.0
     return [
         f"requested {_gib(memory['requested_gib'])} of {_gib(memory['total_gib'])} per GPU",
         f"weights {_gib(memory['weights_gib'])}, activation peak {_gib(memory['activation_peak_gib'])}, "
-        f"non-torch {_gib(memory['non_torch_gib'])}, CUDA graphs {_gib(memory['cudagraph_gib'])} ({graphs})"
+        f"non-torch {non_torch}, CUDA graphs {_gib(memory['cudagraph_gib'])} ({graphs})"
         + (f", vision encoder {_gib(encoder)} (weights + profile run, included above)" if encoder else ""),
         f"KV cache {_gib(memory['available_kv_cache_gib'])} = {memory['kv_cache_tokens']:,} tokens, "
         f"max concurrency {memory['max_concurrency']:.2f}x at {memory['max_model_len']:,} tokens",

@@ -54,7 +54,7 @@ def vllm_estimate(
         residue = f"{mem.graph_probe_gib:.2f} GiB"
         graphs = (
             "captured after the KV allocation, out of the headroom; the profiler's sample capture "
-            f"(v0.18-v0.19) leaves {residue} of non-torch memory in the budget"
+            f"(v0.18-v0.19) leaves {residue} in the budget, counted in non-torch above"
         )
     else:
         graphs = "not subtracted: captured after the KV allocation, out of the headroom"

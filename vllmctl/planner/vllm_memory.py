@@ -79,7 +79,7 @@ class MemoryBreakdown:
     startup_headroom_ok: bool
     runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
     restart_kv_cache_tokens: int = 0  # a restart whose graphs torch.compile loads from its cache (V2: more)
-    graph_probe_gib: float = 0.0  # non-torch memory the 0.18-0.19 sample graph capture leaves in the budget
+    graph_probe_gib: float = 0.0  # of non_torch_gib: what the 0.18-0.19 sample graph capture leaves in budget
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -184,12 +184,14 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     )
     nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
-    non_torch = non_torch_bytes(settings, gpu.interconnect)
+    estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)
+    # nothing captured (eager, or no capture sizes: cudagraph_bytes 0) means no sample capture either
+    captures = cudagraph_bytes(0, settings) > 0
+    probed = captures and graph_estimate_in_budget(arch, settings, GRAPHS_PROFILED_SINCE)
+    probe = GRAPH_PROBE_RESIDUE_GIB * GIB if probed and not estimate_graphs else 0.0
+    non_torch = non_torch_bytes(settings, gpu.interconnect) + probe
     buffers = persistent_buffer_bytes(arch, settings)
     compiling = cold_compile_bytes(arch, settings)
-    estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)
-    probed = graph_estimate_in_budget(arch, settings, GRAPHS_PROFILED_SINCE) and not estimate_graphs
-    probe = GRAPH_PROBE_RESIDUE_GIB * GIB if probed else 0.0
     best: tuple[int, Any] | None = None
     for number, ((first, last), weights) in enumerate(zip(stages, weights_per_stage, strict=True)):
         activation = (
@@ -222,7 +224,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         if settings.kv_cache_memory_bytes is not None:
             available = float(settings.kv_cache_memory_bytes)
         else:
-            graphs_taken = graphs if graphs_in_budget else (probe if graphs > 0 else 0.0)
+            graphs_taken = graphs if graphs_in_budget else 0.0
             available = requested - weights - activation - non_torch - buffers - graphs_taken
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
         blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(arch, settings, layout, gpu)))
@@ -268,5 +270,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         startup_headroom_ok=headroom >= before_start and graphs_ok,
         runner_buffers_gib=buffers / GIB,
         restart_kv_cache_tokens=layout.tokens(restart_blocks),
-        graph_probe_gib=(probe if graphs > 0 and not graphs_in_budget else 0.0) / GIB,
+        graph_probe_gib=probe / GIB,
     )
