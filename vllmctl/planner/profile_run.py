@@ -11,11 +11,11 @@ ACT_BYTES = 2  # activations run in bf16/fp16
 # Dummy sampler bytes per logit element: the PyTorch-native top-k/top-p path sorts fp32 logits (values,
 # int64 indices, sort scratch, masks, re-scatter); FlashInfer's sampler needs no full sort, nor does the
 # Triton top-k/top-p that 0.17.0 runs for 8 rows and more (v1/sample/ops/topk_topp_triton.py: logits masked in
-# place, then softmax and the exponential race; 14 bytes per logit fits the 0.17.1 RTX 3090 starts of
-# TheBuccaneer/vllm-offload-profiles within 3 % of available KV). FlashInfer samples by default in V1 where it
-# is installed: an optional extra up to 0.11 (so pip installs sort), installed but opt-in
-# (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by default from 0.21 (v1/sample/ops/topk_topp_sampler.py
-# and envs.py of each version).
+# place, then softmax and the exponential race; the nine 0.17.1 RTX 3090 starts of
+# TheBuccaneer/vllm-offload-profiles imply 11.5-13.7 bytes per logit, and 14 keeps the safe side of them).
+# FlashInfer samples by default in V1 where it is installed: an optional extra up to 0.11 (so pip installs
+# sort), installed but opt-in (VLLM_USE_FLASHINFER_SAMPLER=1) in 0.12-0.20, on by default from 0.21
+# (v1/sample/ops/topk_topp_sampler.py and envs.py of each version).
 # The native sort: 38.5 bytes per logit, the median over the 10 public H100 starts whose profile peak is the
 # sampler (0.10-0.11: llm-d's eight, vllm#23278 and #27508; 38.2-39.0 each, benchmarks/planner_accuracy.py).
 SORTING_SAMPLER_BYTES = 38.5

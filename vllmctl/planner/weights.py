@@ -11,6 +11,7 @@ from functools import lru_cache
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.params import Linear, pipeline_stages, stage_linears
 from vllmctl.catalog.quant import QuantConfig
+from vllmctl.planner.allocator import allocated_block_bytes
 from vllmctl.planner.versions import Version
 
 GIB = 1 << 30
@@ -28,34 +29,44 @@ def _quantized(part: Linear, quant: QuantConfig | None) -> bool:
     return not (part.kind == "attn" and not quant.attention_quantized)
 
 
-def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> float:
-    """Bytes for one Linear on one rank, including its scales and bias."""
-    weights = part.out * part.inp
-    bias = part.out * dtype_bytes if part.bias else 0
+def linear_tensors(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> tuple[float, ...]:
+    """The bytes of each tensor vLLM allocates for one Linear on one rank: weight, scales, bias. A fused-MoE
+    layer stacks its experts into one tensor per projection; other repeated parts are separate tensors."""
+    stacked = part.kind == "expert"
+    per = part.count if stacked else 1
+    weights = part.out * part.inp * per
+    bias = (part.out * dtype_bytes * per,) if part.bias else ()
+    copies = 1 if stacked else part.count
     if not _quantized(part, quant):
-        return float(part.count * (weights * dtype_bytes + bias))
+        return (weights * dtype_bytes, *bias) * copies
     assert quant is not None
     method = quant.method
     if method in ("fp8", "w8a8") and quant.bits == 8:
         if quant.block:
-            scales = -(-part.out // quant.block) * -(-part.inp // quant.block) * SCALE_BYTES
+            scales = -(-part.out // quant.block) * -(-part.inp // quant.block) * SCALE_BYTES * per
         else:
-            scales = part.out * SCALE_BYTES
-        return float(part.count * (weights + scales + bias))
+            scales = part.out * SCALE_BYTES * per
+        return (float(weights), float(scales), *bias) * copies
     group = quant.group_size or part.inp
-    groups = -(-part.inp // group)
+    groups = -(-part.inp // group) * part.out * per
     packed = weights * quant.bits / 8
+    extra: tuple[float, ...]
     if method == "awq":
-        extra = groups * part.out * (2 + quant.bits / 8)  # fp16 scales + packed zero points
+        extra = (groups * 2, groups * quant.bits / 8)  # fp16 scales, packed zero points
     elif method in ("gptq", "bnb4"):
-        extra = groups * part.out * 2
+        extra = (groups * 2,)
     elif method == "mxfp4":
-        extra = groups * part.out * 1  # one e8m0 exponent per 32 weights
+        extra = (groups * 1,)  # one e8m0 exponent per 32 weights
     elif method == "nvfp4":
-        extra = groups * part.out * 1 + SCALE_BYTES
+        extra = (groups * 1, SCALE_BYTES)
     else:
-        extra = part.out * SCALE_BYTES
-    return float(part.count * (packed + extra + bias))
+        extra = (part.out * SCALE_BYTES * per,)
+    return (packed, *(float(e) for e in extra), *bias) * copies
+
+
+def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> float:
+    """Bytes for one Linear on one rank, including its scales and bias."""
+    return float(sum(linear_tensors(part, quant, dtype_bytes)))
 
 
 ROPE_IN_FLOAT32 = frozenset({"gpt_oss"})  # models/gpt_oss.py builds its YaRN rope with dtype=torch.float32
@@ -80,9 +91,11 @@ def stage_weight_bytes(
     expert_pad: tuple[int, int] = (1, 1),
     ep_ranks: int = 0,
     extra_experts: int = 0,
+    allocated: bool = False,
 ) -> tuple[float, ...]:
     """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
-    parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes)."""
+    parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes);
+    `allocated`: as PyTorch's caching allocator counts them (whole blocks, see planner/allocator.py)."""
     stages = pipeline_stages(arch.num_layers, pp)
     sizes = []
     for number, (first, last) in enumerate(stages):
@@ -93,7 +106,8 @@ def stage_weight_bytes(
         )
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
-        sizes.append(sum(linear_bytes(p, arch.quantization, arch.dtype_bytes) for p in kept))
+        tensors = [t for p in kept for t in linear_tensors(p, arch.quantization, arch.dtype_bytes)]
+        sizes.append(sum(allocated_block_bytes(t) for t in tensors) if allocated else sum(tensors))
     return tuple(sizes)
 
 

@@ -16,7 +16,9 @@ from startup_records import load_cases  # noqa: E402
 # RedHatAI/Qwen3-0.6B-quantized.w4a16 replays with the name rule's guessed quantization (no stored config).
 SET_ASIDE_WEIGHTS = ("search-index id 54318626907",)
 # Qwen2.5-1.5B loads at 2.98 GiB on 0.28.1rc1 (a fork build) and on the stock 0.30.0 image, 0.10 above the
-# planner and above 0.7.2/0.8.5's 2.887 (search-index id 29633934917); not explained, named here.
+# planner and above 0.7.2/0.8.5's 2.887 (search-index id 29633934917); its shapes leave no allocator blocks
+# (planner/allocator.py) to explain it. Qwen2.5 7B-class loads from 0.22 carry 0.04-0.14 GiB more of the same
+# unknown kind (within 1 %). Not explained, named here.
 KNOWN_WEIGHTS_UNDER = ("search-index id 67109588529", "search-index id 71535514190")
 # Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: 0.44-0.54 GiB over after the 0.18-0.19 sample graph capture
 # (GRAPH_PROBE_RESIDUE_GIB, 0.14-0.35 on six other starts) and today's A10G total: an open residual, named.
@@ -66,4 +68,30 @@ def test_the_018_019_starts_with_cuda_graphs_keep_only_the_sample_capture_residu
     ]
     (_, available, *_), over = replay(chosen)
     assert len(available.errors) >= 5 and not over
-    assert all(-0.02 <= error <= 0.005 for error in available.errors), available.errors
+    # The residue taken is the largest seen (gpt-oss-20b, 0.355 GiB); the others leave 0.14-0.17, so their KV
+    # is under-predicted, most (4.2 %) for Qwen2.5-72B at TP 4, whose weights carry their allocator blocks.
+    assert all(-0.045 <= error <= 0.005 for error in available.errors), available.errors
+
+
+def test_pre_022_loads_match_the_parameters_plus_the_allocators_whole_blocks() -> None:
+    # Qwen2/2.5 7B, 14B and 72B (TP 4), Qwen3-32B (TP 2) and DeepSeek-R1-Distill-Qwen-7B logged 0.02-0.12 GiB
+    # above their parameters; the blocks PyTorch's caching allocator counts explain each to 0.005 GiB.
+    _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
+    chosen = [
+        c
+        for c in cases
+        if (0, 7, 0) <= c.settings.version < (0, 22, 0)
+        and c.arch.quantization is None
+        and c.arch.model_type in ("qwen2", "qwen3", "llama")
+    ]
+    (weights, *_), _ = replay(chosen)
+    assert len(weights.errors) >= 25
+    assert all(abs(error) <= 0.0025 for error in weights.errors), weights.cases
+
+
+def test_a_refusal_by_less_than_vllms_run_to_run_spread_is_the_only_call_at_the_line() -> None:
+    (*_, feasible), _ = replay(load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")[1])
+    at_line = [case for case in feasible.cases if "a call at the line" in case]
+    # the two identical Qwen2.5-7B starts at utilization 0.65 on one RTX 3090: 0.49 GiB started, 0.41 refused
+    pair = "Qwen2.5-7B-Instruct @ NVIDIA GeForce RTX 3090"
+    assert len(at_line) == 2 and all(pair in case for case in at_line), at_line

@@ -97,6 +97,7 @@ def test_draft_model_loading_figure_within_2_percent_of_the_log() -> None:
     drafted = draft_weight_bytes(spec, 1) / GIB
     assert drafted == pytest.approx(DRAFT_ALONE_LOGGED_GIB, rel=0.02)
     assert served.weights_gib - plain.weights_gib == pytest.approx(drafted)
-    # target 7.49 + draft 1.11 + the shared rope cache 0.01 = 8.61 GiB against the logged 8.67 GiB (-0.7 %)
-    assert served.weights_gib == pytest.approx(8.61, abs=0.005)
+    # target 7.49 + draft 1.11 + the shared rope cache 0.01 + 0.05 of allocator blocks (Qwen3-4B's 95 and
+    # 47.5 MiB MLP tensors keep 1 and 0.5 MiB of their segments, 36 layers) = 8.665 GiB; logged 8.67 GiB
+    assert served.weights_gib == pytest.approx(8.665, abs=0.005)
     assert served.weights_gib == pytest.approx(DRAFT_LOGGED_GIB, rel=0.02)
