@@ -63,7 +63,12 @@ def vllm_estimate(
         f"requested = {mem.total_gib:.2f} GiB x {settings.gpu_memory_utilization} "
         f"= {mem.requested_gib:.2f} GiB",
         f"weights: {total_params(arch) / 1e9:.2f}B parameters as {quant}, TP={settings.tp} PP={settings.pp} "
-        f"-> {mem.weights_gib:.2f} GiB per GPU",
+        f"-> {mem.weights_gib:.2f} GiB per GPU"
+        + (
+            f" ({mem.allocator_blocks_gib:.2f} GiB of it the CUDA caching allocator's block rounding)"
+            if mem.allocator_blocks_gib
+            else ""
+        ),
         f"activation peak: profile run over {settings.max_num_batched_tokens} tokens and a sampler over "
         f"{min(settings.max_num_seqs, settings.max_num_batched_tokens)} sequences "
         f"-> {mem.activation_peak_gib:.2f} GiB",

@@ -81,6 +81,7 @@ class MemoryBreakdown:
     runner_buffers_gib: float = 0.0  # persistent per-request buffers the profiler counts (V2 runner, 0.27+)
     restart_kv_cache_tokens: int = 0  # a restart whose graphs torch.compile loads from its cache (V2: more)
     graph_probe_gib: float = 0.0  # of non_torch_gib: what the 0.18-0.19 sample graph capture leaves in budget
+    allocator_blocks_gib: float = 0.0  # of weights_gib: what the caching allocator counts beyond the tensors
 
     def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -168,7 +169,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     total = gpu.cuda_bytes
     requested = total * settings.gpu_memory_utilization
     pad = expert_padding(arch, gpu.compute_capability, settings.version, settings.mxfp4_backend)
-    weights_per_stage = stage_weight_bytes(
+    shape = (
         arch,
         settings.tp,
         settings.pp,
@@ -176,8 +177,9 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         pad,
         settings.tp * settings.dp,
         settings.num_redundant_experts if settings.enable_eplb else 0,
-        allocated=True,
     )
+    weights_per_stage = stage_weight_bytes(*shape, allocated=True)
+    blocks_per_stage = [a - b for a, b in zip(weights_per_stage, stage_weight_bytes(*shape), strict=True)]
     stages = pipeline_stages(arch.num_layers, settings.pp)
     extra = side_weight_bytes(arch, settings) + allocated_block_bytes(rope_cache_bytes(arch))
     weights_per_stage = tuple(w + extra for w in weights_per_stage)
@@ -231,9 +233,9 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         # a draft's KV layers share each block's tokens with the target's: the target keeps its share
         blocks = layout.num_blocks(int(max(available, 0) * target_kv_share(arch, settings, layout, gpu)))
         if best is None or blocks < best[0]:
-            best = (blocks, (layout, weights, activation, graphs, graphs_in_budget, available))
+            best = (blocks, (number, layout, weights, activation, graphs, graphs_in_budget, available))
     assert best is not None
-    blocks, (layout, weights, activation, graphs, graphs_in_budget, available) = best
+    blocks, (number, layout, weights, activation, graphs, graphs_in_budget, available) = best
     # vLLM refuses to start when free memory (total - CUDA context - NCCL from v0.11) is below the request;
     # before v0.20 graphs are captured after the KV allocation, into the headroom plus the freed activations.
     before_start = CUDA_CONTEXT_GIB * GIB + (0.0 if nccl_in_budget else nccl)
@@ -273,4 +275,5 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         runner_buffers_gib=buffers / GIB,
         restart_kv_cache_tokens=layout.tokens(restart_blocks),
         graph_probe_gib=probe / GIB,
+        allocator_blocks_gib=blocks_per_stage[number] / GIB,
     )

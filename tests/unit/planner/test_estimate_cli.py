@@ -181,3 +181,13 @@ def test_a_model_newer_than_the_engine_release_is_refused_as_the_users_choice(
     assert "Model architectures ['Qwen3ForCausalLM'] are not supported for now." in err
     assert "engine version 0.8.4 or later" in err
     assert main(["estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine-version", "0.8.4"]) == 0
+
+
+def test_weights_say_how_much_is_the_allocators_block_rounding(capsys: pytest.CaptureFixture[str]) -> None:
+    qwen = run_json(capsys, "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "A10G")
+    llama = run_json(capsys, "--model", "meta-llama/Llama-3.1-8B", "--gpu", "A10G", "--max-model-len", "8192")
+    # Qwen2.5-7B's 259 and 129.5 MiB MLP tensors keep 1 and 0.5 MiB of their segments; Llama's are whole
+    assert qwen["allocator_blocks_gib"] == pytest.approx(0.0557, abs=0.0005)
+    assert "0.06 GiB of it the CUDA caching allocator's block rounding" in str(qwen["reasons"])
+    assert llama["allocator_blocks_gib"] == 0.0
+    assert "allocator" not in str(llama["reasons"])
