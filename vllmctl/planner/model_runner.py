@@ -42,8 +42,12 @@ V2_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash")  # others (ngram, draft m
 # A V2 start that compiles its graphs cold (no torch.compile cache yet: a release's first start) peaks about
 # 0.9 GiB higher in the profile run than one that loads them: the median excess of the eight public cold V2
 # starts over the warm-cache model (0.26-0.29: 0.25-1.29 GiB; RTX 4090 Qwen3-8B pairs, peak 1.18 cold vs
-# 0.19 warm, and 1.45 vs 0.45 GiB outside the KV cache). V1-runner logs (0.10-0.11) hold no such excess.
+# 0.19 warm, and 1.45 vs 0.45 GiB outside the KV cache). V1-runner logs hold none up to a cold 0.16.0 start
+# (2x L40S), but cold V1 starts do from 0.19: an A10G (0.55-0.65 GiB beyond the warm 0.19.1 A100 start), two
+# RTX A6000 AWQ starts (0.5-0.8, a table), 0.22.0 and 0.22.1 (0.9 and 1.05); two cold 0.19 ones show none (4x
+# L40S 72B, an RTX 5090 0.6B). No cold 0.17-0.18 V1 log was found; the planner assumes it from 0.18.
 COLD_COMPILE_GIB = 0.9
+V1_COLD_COMPILE_SINCE: Version = (0, 18, 0)
 
 
 def _listed(version: Version) -> frozenset[str]:
@@ -83,8 +87,11 @@ def graph_estimate_in_budget(arch: ModelArch, settings: VllmSettings, since: Ver
 
 
 def cold_compile_bytes(arch: ModelArch, settings: VllmSettings) -> float:
-    """The profile run's extra peak when the V2 runner compiles its graphs without a cache (eager: none)."""
-    if settings.enforce_eager or settings.compile_cache != "cold" or not uses_v2_runner(arch, settings):
+    """The profile run's extra peak when the graphs compile without a cache (eager: none): the V2 runner's,
+    and the V1 runner's from 0.18."""
+    if settings.enforce_eager or settings.compile_cache != "cold":
+        return 0.0
+    if not uses_v2_runner(arch, settings) and settings.version < V1_COLD_COMPILE_SINCE:
         return 0.0
     return COLD_COMPILE_GIB * (1 << 30)
 
@@ -99,10 +106,8 @@ def persistent_buffer_bytes(arch: ModelArch, settings: VllmSettings) -> float:
 
 def runner_reason(arch: ModelArch, settings: VllmSettings) -> str:
     """One line saying which runner starts and what it adds to this estimate."""
-    if not uses_v2_runner(arch, settings):
-        return "model runner: V1"
     why = "set by VLLM_USE_V2_MODEL_RUNNER" if settings.model_runner != "auto" else "vLLM's default here"
-    parts = [f"model runner: V2 ({why})"]
+    parts = [f"model runner: V2 ({why})" if uses_v2_runner(arch, settings) else "model runner: V1"]
     compiling = cold_compile_bytes(arch, settings)
     if compiling:
         parts.append(

@@ -15,18 +15,20 @@ from startup_records import load_cases  # noqa: E402
 
 # RedHatAI/Qwen3-0.6B-quantized.w4a16 replays with the name rule's guessed quantization (no stored config).
 SET_ASIDE_WEIGHTS = ("search-index id 54318626907",)
-# Qwen2.5-1.5B loads at 2.98 GiB on 0.28.1rc1 (a fork build) and on the stock 0.30.0 image, 0.10 above the
-# planner and above 0.7.2/0.8.5's 2.887 (search-index id 29633934917); its shapes leave no allocator blocks
-# (planner/allocator.py) to explain it. Qwen2.5 7B-class loads from 0.22 carry 0.04-0.14 GiB more of the same
-# unknown kind (within 1 %). Not explained, named here.
-KNOWN_WEIGHTS_UNDER = ("search-index id 67109588529", "search-index id 71535514190")
-# Qwen2.5-14B-AWQ on an A10G, vLLM 0.19.1: 0.44-0.54 GiB over after the 0.18-0.19 sample graph capture
-# (GRAPH_PROBE_RESIDUE_GIB, 0.14-0.35 on six other starts) and today's A10G total: an open residual, named.
-KNOWN_KV_OVER = ("search-index id 51771234912",)
+# Qwen2.5-1.5B loads at 2.98 GiB on 0.28.0, 0.28.1rc1 (a fork build), the stock 0.30.0 image and a late-2026
+# `latest` one, 0.10 above the planner and above 0.7.2/0.8.5's 2.887 (search-index id 29633934917); its shapes
+# leave no allocator blocks (planner/allocator.py) to explain it. Qwen2.5 7B-class loads from 0.22 carry
+# 0.04-0.14 GiB more of the same unknown kind (within 1 %). Not explained, named here.
+KNOWN_WEIGHTS_UNDER = (
+    "search-index id 67109588529",
+    "search-index id 71535514190",
+    "search-index id 61428263897",
+    "search-index id 69577081529",
+)
 
 
 def test_medians_meet_the_issue_targets_and_every_go_no_go_is_right() -> None:
-    (weights, available, tokens, end_to_end, feasible), _ = replay(
+    (weights, available, tokens, end_to_end, feasible), over = replay(
         load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")[1]
     )
     assert len(available.errors) >= 35 and len(feasible.errors) >= 45
@@ -35,14 +37,14 @@ def test_medians_meet_the_issue_targets_and_every_go_no_go_is_right() -> None:
     assert end_to_end.median() <= 0.02
     assert all(abs(error) <= 0.02 for error in tokens.errors)
     assert [case for case, error in zip(feasible.cases, feasible.errors, strict=True) if error] == []
+    assert over == []  # no available KV over-predicted by more than 5 % (and vLLM's 0.08 GiB spread)
     # A call inside the error band counts as right (plan refuses it without tight_fit); it must stay rare.
     assert len([case for case in feasible.cases if "inside the error band" in case]) <= 3
 
 
 def test_no_weights_figure_is_off_by_more_than_3_percent_but_the_named_ones() -> None:
     records, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
-    (weights, *_), over = replay(cases)
-    assert all(any(known in line for known in KNOWN_KV_OVER) for line in over), over
+    (weights, *_), _ = replay(cases)
     off = [case for case, error in zip(weights.cases, weights.errors, strict=True) if abs(error) > 0.03]
     assert all(any(known in case for known in KNOWN_WEIGHTS_UNDER) for case in off), off
     assert max(abs(error) for error in weights.errors) <= 0.04
@@ -56,21 +58,21 @@ def test_the_older_upstream_load_of_the_named_checkpoint_is_predicted_within_hal
     assert len(weights.errors) == 1 and abs(weights.errors[0]) <= 0.005
 
 
-def test_the_018_019_starts_with_cuda_graphs_keep_only_the_sample_capture_residue_out_of_their_kv() -> None:
-    # without the residue: gpt-oss-20b (A100, 0.19.0) and Qwen3-0.6B (RTX 5090 laptop, 0.18.1) 0.35 GiB over
+def test_the_018_019_starts_with_cuda_graphs_keep_the_sample_capture_residue_and_cold_compile_peak() -> None:
+    # Warm starts lose only the sample capture's residue (0.17 GiB): the RTX 5090 Laptop and the A100 land
+    # within 0.1 %. Cold ones also peak higher when they compile (model_runner.COLD_COMPILE_GIB): none is
+    # over-predicted (before: an A10G AWQ start +4.2 % and 0.66 against 0.18 GiB); two cold ones show no such
+    # peak, so the 4x L40S Qwen2.5-72B start is 18 % under, on the safe side.
     _, cases = load_cases(BENCHMARKS / "data" / "vllm_startup_public.jsonl")
     chosen = [
-        c
-        for c in cases
-        if (0, 18, 0) <= c.settings.version < (0, 20, 0)
-        and not c.settings.enforce_eager
-        and not any(known in c.label for known in KNOWN_KV_OVER)
+        c for c in cases if (0, 18, 0) <= c.settings.version < (0, 20, 0) and not c.settings.enforce_eager
     ]
+    warm = [c for c in chosen if c.settings.compile_cache == "warm"]
     (_, available, *_), over = replay(chosen)
-    assert len(available.errors) >= 5 and not over
-    # The residue taken is the largest seen (gpt-oss-20b, 0.355 GiB); the others leave 0.14-0.17, so their KV
-    # is under-predicted, most (4.2 %) for Qwen2.5-72B at TP 4, whose weights carry their allocator blocks.
-    assert all(-0.045 <= error <= 0.005 for error in available.errors), available.errors
+    assert len(available.errors) >= 8 and not over
+    assert all(error <= 0.005 for error in available.errors), available.cases
+    (_, warm_available, *_), _ = replay(warm)
+    assert len(warm_available.errors) == 2 and all(abs(e) <= 0.001 for e in warm_available.errors)
 
 
 def test_pre_022_loads_match_the_parameters_plus_the_allocators_whole_blocks() -> None:
@@ -81,6 +83,9 @@ def test_pre_022_loads_match_the_parameters_plus_the_allocators_whole_blocks() -
         c
         for c in cases
         if (0, 7, 0) <= c.settings.version < (0, 22, 0)
+        and c.version_known
+        and c.gpu is not None
+        and c.gpu.vendor == "nvidia"  # ROCm's allocator is HIP's; its MI300X loads run 0.2-0.8 % above
         and c.arch.quantization is None
         and c.arch.model_type in ("qwen2", "qwen3", "llama")
     ]

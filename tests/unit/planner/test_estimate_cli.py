@@ -169,7 +169,8 @@ def test_the_v2_runner_flags_show_a_cold_first_start_and_a_warm_restart(
     v1 = run_json(capsys, *base, "--model-runner", "v1")
     assert float(warm["available_kv_cache_gib"]) - float(cold["available_kv_cache_gib"]) == pytest.approx(0.9)  # type: ignore[arg-type]
     assert any("model runner: V2" in line for line in cold["reasons"])  # type: ignore[union-attr]
-    assert any(line == "model runner: V1" for line in v1["reasons"])  # type: ignore[union-attr]
+    # the V1 runner compiles cold too from 0.18
+    assert any(line.startswith("model runner: V1; a cold torch.compile") for line in v1["reasons"])  # type: ignore[union-attr]
     assert v1["cudagraph_in_budget"] is True and cold["cudagraph_in_budget"] is False
 
 

@@ -83,14 +83,17 @@ def test_v2_takes_no_graph_estimate_before_029() -> None:
     assert not before.cudagraph_in_budget and after.cudagraph_in_budget
 
 
-def test_v2_buffers_count_from_027_and_cold_compiles_only_without_cache_or_eager() -> None:
+def test_v2_buffers_count_from_027_and_cold_compiles_only_without_cache_or_eager_v1_from_018() -> None:
     assert persistent_buffer_bytes(QWEN3_8B, at("0.26.0")) == 0.0
     assert persistent_buffer_bytes(QWEN3_8B, at("0.27.1")) == 256 * QWEN3_8B.vocab_size * 4
     assert persistent_buffer_bytes(QWEN3_MOE, at("0.27.1")) == 0.0  # V1 runner
     assert cold_compile_bytes(QWEN3_8B, at("0.27.1")) == COLD_COMPILE_GIB * GIB
     assert cold_compile_bytes(QWEN3_8B, at("0.27.1", compile_cache="warm")) == 0.0
     assert cold_compile_bytes(QWEN3_8B, at("0.27.1", enforce_eager=True)) == 0.0
-    assert cold_compile_bytes(QWEN3_MOE, at("0.27.1")) == 0.0
+    # the V1 runner: none up to 0.17, the same peak from 0.18 (cold 0.19.1-0.22.1 V1 starts)
+    assert cold_compile_bytes(QWEN3_MOE, at("0.17.1")) == 0.0
+    assert cold_compile_bytes(QWEN3_MOE, at("0.27.1")) == COLD_COMPILE_GIB * GIB
+    assert cold_compile_bytes(QWEN3_MOE, at("0.19.1", compile_cache="warm")) == 0.0
     cold, warm = (vllm_memory(QWEN3_8B, RTX_4090, at("0.27.1", compile_cache=c)) for c in ("cold", "warm"))
     assert cold.available_kv_cache_gib == pytest.approx(warm.available_kv_cache_gib - COLD_COMPILE_GIB)
 

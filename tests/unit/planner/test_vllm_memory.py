@@ -108,7 +108,7 @@ def test_available_is_requested_minus_weights_activation_non_torch() -> None:
 def test_cudagraph_estimate_subtracted_only_from_020_and_only_with_graphs() -> None:
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
     old = vllm_memory(llama, H100, settings("0.17.1", sampler="flashinfer"))
-    new = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
+    new = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer", compile_cache="warm"))
     eager = vllm_memory(llama, H100, settings("0.21.0", enforce_eager=True, sampler="flashinfer"))
     assert new.cudagraph_in_budget and not old.cudagraph_in_budget
     assert new.cudagraph_gib > 0
@@ -120,7 +120,7 @@ def test_the_sample_capture_of_018_019_leaves_its_residue_in_the_budget_and_capt
     # 0.18.0 moved profile_cudagraph_memory() inside memory_profiling() with the estimate still off
     llama = load_arch("meta-llama/Llama-3.1-8B", online=False)
     before = vllm_memory(llama, H100, settings("0.17.1", sampler="flashinfer"))
-    probed = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer"))
+    probed = vllm_memory(llama, H100, settings("0.19.1", sampler="flashinfer", compile_cache="warm"))
     eager = vllm_memory(llama, H100, settings("0.19.1", enforce_eager=True, sampler="flashinfer"))
     estimated = vllm_memory(llama, H100, settings("0.21.0", sampler="flashinfer"))
     assert probed.graph_probe_gib == GRAPH_PROBE_RESIDUE_GIB
