@@ -11,7 +11,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import pipeline_stages
-from vllmctl.planner.allocator import allocated_block_bytes
+from vllmctl.planner.allocator import allocated_block_bytes, load_max_split
 from vllmctl.planner.kv import kv_layout
 from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, mtp_weight_bytes
 from vllmctl.planner.model_runner import cold_compile_bytes, graph_estimate_in_budget, persistent_buffer_bytes
@@ -178,10 +178,11 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         settings.tp * settings.dp,
         settings.num_redundant_experts if settings.enable_eplb else 0,
     )
-    weights_per_stage = stage_weight_bytes(*shape, allocated=True)
+    max_split = load_max_split(settings.version, gpu.vendor)
+    weights_per_stage = stage_weight_bytes(*shape, max_split=max_split)
     blocks_per_stage = [a - b for a, b in zip(weights_per_stage, stage_weight_bytes(*shape), strict=True)]
     stages = pipeline_stages(arch.num_layers, settings.pp)
-    extra = side_weight_bytes(arch, settings) + allocated_block_bytes(rope_cache_bytes(arch))
+    extra = side_weight_bytes(arch, settings) + allocated_block_bytes(rope_cache_bytes(arch), max_split)
     weights_per_stage = tuple(w + extra for w in weights_per_stage)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items

@@ -91,11 +91,12 @@ def stage_weight_bytes(
     expert_pad: tuple[int, int] = (1, 1),
     ep_ranks: int = 0,
     extra_experts: int = 0,
-    allocated: bool = False,
+    max_split: float | None = None,
 ) -> tuple[float, ...]:
     """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
     parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes);
-    `allocated`: as PyTorch's caching allocator counts them (whole blocks, see planner/allocator.py)."""
+    with `max_split` (the allocator's max_split_size), as PyTorch's caching allocator counts them: whole
+    blocks (planner/allocator.py); without it, their bytes."""
     stages = pipeline_stages(arch.num_layers, pp)
     sizes = []
     for number, (first, last) in enumerate(stages):
@@ -107,7 +108,10 @@ def stage_weight_bytes(
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
         tensors = [t for p in kept for t in linear_tensors(p, arch.quantization, arch.dtype_bytes)]
-        sizes.append(sum(allocated_block_bytes(t) for t in tensors) if allocated else sum(tensors))
+        if max_split is None:
+            sizes.append(sum(tensors))
+        else:
+            sizes.append(sum(allocated_block_bytes(t, max_split) for t in tensors))
     return tuple(sizes)
 
 

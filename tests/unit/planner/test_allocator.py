@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllmctl.planner.allocator import allocated_block_bytes
+from vllmctl.planner.allocator import LOAD_MAX_SPLIT, allocated_block_bytes, load_max_split
+from vllmctl.planner.versions import parse_version
 
 MIB = 1 << 20
 
@@ -23,3 +24,22 @@ MIB = 1 << 20
 )
 def test_blocks_counted(size: float, counted: float) -> None:
     assert allocated_block_bytes(size) == counted
+
+
+@pytest.mark.parametrize(
+    ("size", "counted"),
+    [
+        (24.5 * MIB, 26 * MIB),  # from 20 MiB (max_split_size) a segment is never split: Qwen2.5-7B's o_proj
+        (52.5 * MIB, 54 * MIB),  # Qwen2.5-1.5B's gate_up, 1.5 MiB left over
+        (16.625 * MIB, 16.625 * MIB),  # below 20 MiB the old rule: Qwen2.5-0.5B's gate_up is split
+        (259 * MIB, 260 * MIB),
+    ],
+)
+def test_blocks_counted_under_vllms_load_time_max_split(size: float, counted: float) -> None:
+    assert allocated_block_bytes(size, LOAD_MAX_SPLIT) == counted
+
+
+def test_the_load_time_max_split_is_cuda_from_021() -> None:
+    assert load_max_split(parse_version("0.21.0"), "nvidia") == LOAD_MAX_SPLIT == 20 * MIB
+    assert load_max_split(parse_version("0.20.0"), "nvidia") == float("inf")
+    assert load_max_split(parse_version("0.30.0"), "amd") == float("inf")  # is_cuda() only
