@@ -58,7 +58,7 @@ def linear_tensors(part: Linear, quant: QuantConfig | None, dtype_bytes: int) ->
     elif method == "mxfp4":
         extra = (groups * 1,)  # one e8m0 exponent per 32 weights
     elif method == "nvfp4":
-        extra = (groups * 1, SCALE_BYTES)
+        extra = (groups * 1, SCALE_BYTES * per)  # per-group e4m3 scales, one fp32 global scale per matrix
     else:
         extra = (part.out * SCALE_BYTES * per,)
     return (packed, *(float(e) for e in extra), *bias) * copies
