@@ -5,7 +5,9 @@ Usage (root, lab tools installed; hold the lab lock):
 
 Per fleet size, every figure is printed beside pyinfra's from the same run, rounds interleaved:
   no-op converge        `vllmctl apply --playbook units` vs `pyinfra exec -- true` (target <= 1.5x) and a
-                        no-op `pyinfra deploy` of the same state
+                        no-op `pyinfra deploy` of the same state; vllmctl's untimed warm-up run keeps each
+                        host's facts, so the timed runs reuse them; `--fresh-facts` (every fact read under
+                        sudo) is timed beside it, and pyinfra running vllmctl's no-op script
   unit change           a sampling preset (`sampling: {temperature: ...}`) changed for the model on every
                         host, alternating between two values, `--no-gate` (the units playbook starts no
                         engine, so no stand-in engine runs and nothing is gated); pyinfra: a deploy that
@@ -13,8 +15,8 @@ Per fleet size, every figure is printed beside pyinfra's from the same run, roun
   status / history      `vllmctl status --interval 0` and `vllmctl history` across the fleet
   where the time goes   one no-op converge in-process with timers per phase (process start, plan, connect,
                         facts round trip, parse, plan per host), the controller's CPU and peak memory, and
-                        the CPU the lab hosts spent during each run (sshd, sudo, the facts script: read
-                        from the fleets' cgroups, so other work on the machine is not counted)
+                        the CPU the lab hosts spent during each run (sshd, sudo, the scripts: read from
+                        the fleets' cgroups, so other work on the machine is not counted)
 pyinfra and ansible-core are installed into a throwaway venv under /tmp (created when missing). Every tool
 runs as a fresh process per run; medians are printed, and written as JSON with --out.
 """
@@ -42,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from vllmctl.facts.witness import SETTLE_S
 from vllmctl.inventory import load_inventory
 from vllmctl.lab.machines import cgroup_roots
 from vllmctl.lab.testing import start_fleet, stop_fleet
@@ -306,8 +309,14 @@ def where_time_goes(
     request = flow.ApplyRequest(inventory=str(inventory), playbook="units", forks=forks or DEFAULT_FORKS)
     cpu = time.process_time()
     started = time.perf_counter()
+    cache_home = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the facts the timed runs kept
     with timers(spent, patches):
         flow.apply(request, Ui(io.StringIO(), io.StringIO()), lambda count, name: True)
+    if cache_home is None:
+        os.environ.pop("XDG_CACHE_HOME")
+    else:
+        os.environ["XDG_CACHE_HOME"] = cache_home
     total = time.perf_counter() - started
     spent["round trip"] -= spent["connect"]
     return {
@@ -329,7 +338,8 @@ def where_time_goes(
 
 
 FIELDS = ("wall", "cpu", "rss_mib", "hosts_cpu")
-SAME_REMOTE_WORK = "pyinfra exec --sudo (vllmctl's facts script)"
+SAME_REMOTE_WORK = "pyinfra exec (vllmctl's no-op script)"
+FRESH = "vllmctl apply (no-op, --fresh-facts)"
 
 
 def median(runs: list[Run], field: str) -> float:
@@ -340,17 +350,21 @@ def medians(found: dict[str, list[Run]]) -> dict[str, dict[str, float]]:
     return {case: {f: median(runs, f) for f in FIELDS} for case, runs in found.items()}
 
 
-def facts_script(inventory: Path) -> str:
-    """The script a no-op `apply --playbook units` runs on the first host: lock probe and every fact."""
-    from vllmctl.facts.script import build_script, one_write
+def noop_script(inventory: Path) -> str:
+    """The script a no-op `apply --playbook units` over kept facts runs on a host, as the SSH user: the lock
+    probe, the witness of the kept facts and the live facts (the known paths are the requested ones)."""
+    from vllmctl.facts.witness import witness_words
     from vllmctl.runner.fleet import host_contexts
     from vllmctl.runner.plan import playbook_requests
-    from vllmctl.runner.remote import probe_script
+    from vllmctl.runner.remote import reuse_script
     from vllmctl.tasks.playbooks import load_playbook
 
     loaded = load_inventory(inventory)
     ctx = next(iter(host_contexts(loaded, list(loaded.hosts)[:1], {}, stage_models=False).values()))
-    return one_write(probe_script() + build_script(playbook_requests(load_playbook("units"), ctx)))
+    requests = playbook_requests(load_playbook("units"), ctx)
+    words = witness_words(requests)
+    assert words is not None, "every fact of the units playbook has a witness"
+    return reuse_script(requests, words, [])
 
 
 def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str, Any]:
@@ -358,7 +372,8 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
     names = [f"bench{os.getpid()}-{hosts}-{part}" for part in range(-(-hosts // FLEET_MAX))]
     env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(work / "state"), "ANSIBLE_PIPELINING": "1",
            "ANSIBLE_FORKS": str(hosts), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "ans"),
-           "PATH": f"{peers / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+           "PATH": f"{peers / 'bin'}:{os.environ['PATH']}",
+           "XDG_CACHE_HOME": str(work / "cache")}  # fmt: skip
     pyinfra = [str(peers / "bin" / "pyinfra"), "-y", "--parallel", str(hosts), "pyinfra_inventory.py"]
     forks = ["--forks", str(args.forks)] if args.forks else []
     try:
@@ -373,19 +388,18 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         vllmctl = [sys.executable, "-m", "vllmctl"]
         apply = [*vllmctl, "apply", "--json", "--playbook", "units", *forks]
         run_child([*apply, str(inventory)], env, work)  # first converge
+        time.sleep(SETTLE_S + 0.5)  # files changed within the settle time are never kept (docs/executor.md)
         exec_true = Case(
             "pyinfra exec -- true", lambda n: [*pyinfra, "exec", "--", "true"], pyinfra_clean(True)
         )
-        # the remote half of a no-op converge alone: vllmctl's own facts script, through sudo, by pyinfra
-        facts = "sh -c " + shlex.quote(facts_script(inventory))
+        # the remote half of a no-op converge alone: vllmctl's own no-op script, as the SSH user, by pyinfra
+        facts = "sh -c " + shlex.quote(noop_script(inventory))
         noop = [
+            # the warm-up run keeps each host's facts; the timed runs reuse them (docs/executor.md)
             Case("vllmctl apply (no-op)", lambda n: [*apply, str(inventory)], vllmctl_recap(changed=False)),
             exec_true,
-            Case(
-                SAME_REMOTE_WORK,
-                lambda n: [*pyinfra, "--sudo", "exec", "--", facts],
-                pyinfra_clean(True),
-            ),
+            Case(FRESH, lambda n: [*apply, "--fresh-facts", str(inventory)], vllmctl_recap(changed=False)),
+            Case(SAME_REMOTE_WORK, lambda n: [*pyinfra, "exec", "--", facts], pyinfra_clean(True)),
             Case("pyinfra deploy (no-op)", lambda n: [*pyinfra, "--sudo", "deploy.py"], pyinfra_clean(False)),
         ]
         if args.ansible:
@@ -441,7 +455,7 @@ def report(hosts: int, figures: dict[str, Any], forks: int) -> None:
         print(f"{case:46} {m['wall']:7.2f} {m['cpu']:6.2f} {m['hosts_cpu']:6.2f} {m['rss_mib']:5.0f}  "
               f"{m['wall'] / base:13.2f}x")  # fmt: skip
     ours, same = medians["vllmctl apply (no-op)"]["wall"], medians[SAME_REMOTE_WORK]["wall"]
-    print(f"gap to pyinfra exec -- true: {ours - floor:.2f} s = the hosts' work (sudo, facts script) "
+    print(f"gap to pyinfra exec -- true: {ours - floor:.2f} s = the hosts' work (the no-op script) "
           f"{same - floor:.2f} s + vllmctl itself (start-up, client) {ours - same:.2f} s")  # fmt: skip
     cpu_line(hosts, medians["vllmctl apply (no-op)"], medians["pyinfra exec -- true"])
     print("where a no-op converge's time goes (one run in-process; per-host phases overlap in threads):")
@@ -484,17 +498,19 @@ def main() -> None:
         report(hosts, results[hosts], args.forks or DEFAULT_FORKS)
     print("\nsummary: wall seconds, median; ratio to pyinfra exec -- true in the same run (target <= 1.5x);")
     print("cpu: the same ratio for the CPU each run caused (controller + lab hosts)")
-    columns = ("no-op", "pyinfra", "ratio", "cpu", "change", "pyinfra", "status", "history")
+    columns = ("no-op", "pyinfra", "ratio", "cpu", "fresh", "ratio", "change", "pyinfra", "status", "history")
     print(f"{'hosts':>5} " + " ".join(f"{c:>7}" for c in columns))
     for hosts, figures in results.items():
         m = defaultdict(float, {case: v["wall"] for case, v in figures["medians"].items()})
         used = {case: v["cpu"] + v["hosts_cpu"] for case, v in figures["medians"].items()}
         noop, floor = m["vllmctl apply (no-op)"], m["pyinfra exec -- true"]
         cpu = used["vllmctl apply (no-op)"] / used["pyinfra exec -- true"]
-        row = (noop, floor, noop / floor, cpu, m["vllmctl apply (unit change, --no-gate)"],
-               m["pyinfra deploy (unit change)"], m["vllmctl status"], m["vllmctl history"])  # fmt: skip
+        row = (noop, floor, noop / floor, cpu, m[FRESH], m[FRESH] / floor,
+               m["vllmctl apply (unit change, --no-gate)"], m["pyinfra deploy (unit change)"],
+               m["vllmctl status"], m["vllmctl history"])  # fmt: skip
         # --noop-only measures no change, status or history: shown as "-", not as 0 seconds
-        cells = (f"{v:6.2f}x" if i in (2, 3) else f"{v:7.2f}" if v else "      -" for i, v in enumerate(row))
+        ratios = (2, 3, 5)
+        cells = (f"{v:6.2f}x" if i in ratios else f"{v:7.2f}" if v else "      -" for i, v in enumerate(row))
         print(f"{hosts:5} " + " ".join(cells))
     if args.out:
         Path(args.out).write_text(json.dumps({"runs": args.runs, "fleets": results}, indent=1))

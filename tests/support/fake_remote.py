@@ -29,6 +29,7 @@ class FakeHost:
     drop_on: str | None = None  # a substring of a command during which the connection drops
     unreachable: bool = False
     gathers: int = 0
+    kept: int = 0  # keep_facts calls: the runner found the facts of an unlocked begin plan no change
 
 
 class FakeRemote:
@@ -86,6 +87,9 @@ class FakeRemote:
         self.host.gathers += 1
         self.clock[0] += 0.01
         return self._facts(requests)
+
+    def keep_facts(self) -> None:
+        self.host.kept += 1
 
     def execute(self, action: Action, timeout: float) -> Result:
         self.clock[0] += 0.01

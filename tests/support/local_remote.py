@@ -88,6 +88,9 @@ class LocalRemote:
     def gather(self, requests: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         return {"units": self.units()}
 
+    def keep_facts(self) -> None:
+        """No fact cache here: every begin reads the files."""
+
     def execute(self, action: Any, timeout: float) -> Result:
         """Release steps use only commands and uploads; anything else is a test bug."""
         if isinstance(action, Upload):

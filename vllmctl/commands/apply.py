@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"(default: {FLOOR_S:g} s, plus 15 s per GiB of weights on a single host)",
     )
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
+    parser.add_argument(
+        "--fresh-facts",
+        action="store_true",
+        help="read every fact under sudo; do not reuse facts a no-op run kept (docs/executor.md)",
+    )
     options.add_yes(parser, "do not ask for confirmation on a terminal (never asked otherwise)")
     parser.add_argument(
         "--offline", action="store_true", help="never fetch model configs from the hub for planning"
@@ -72,6 +77,7 @@ def request_from(args: argparse.Namespace) -> ApplyRequest:
         health_timeout=args.health_timeout,
         break_lock=args.break_lock,
         offline=args.offline,
+        fresh_facts=args.fresh_facts,
     )
 
 

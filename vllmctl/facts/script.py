@@ -13,6 +13,11 @@ END = "@@vllmctl-exit"
 FactRequests = Mapping[str, tuple[str, ...]]
 
 
+def section(name: str, command: str) -> str:
+    """`command` in its own subshell between the markers `split_sections` reads back."""
+    return f"echo '{MARK} {name}'\n( {command}\n) 2>&1 </dev/null\necho \"{END} $?\"\n"
+
+
 def build_script(requests: FactRequests) -> str:
     """`requests` maps a fact name to its arguments (empty for facts that take none)."""
     parts = []
@@ -20,8 +25,8 @@ def build_script(requests: FactRequests) -> str:
         fact = FACTS[name]
         if fact.needs_args and not args:
             continue
-        parts.append(f"echo '{MARK} {name}'\n( {fact.command(args)}\n) 2>&1 </dev/null\necho \"{END} $?\"")
-    return "\n".join(parts) + "\n"
+        parts.append(section(name, fact.command(args)))
+    return "".join(parts) or "\n"
 
 
 def one_write(script: str) -> str:

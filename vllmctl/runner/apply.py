@@ -24,8 +24,10 @@ from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
+from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fleet import (
     append_local_audit,
+    cached_ssh_remote,
     deployment_plans,
     gather_fleet_facts,
     gpu_facts_from,
@@ -72,6 +74,7 @@ class ApplyRequest:
     health_timeout: float | None = None
     break_lock: bool = False
     offline: bool = False
+    fresh_facts: bool = False  # no fact cache: every begin reads its facts under sudo
 
     @property
     def bookkeeping_timeout(self) -> float:
@@ -260,7 +263,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     )
     try:
         with Progress(ui, hosts) as progress:
-            result = run_playbook(playbook, contexts, ssh_remote, opts, time.time, progress)
+            remotes = ssh_remote if args.fresh_facts else cached_ssh_remote(fact_cache_root(os.environ))
+            result = run_playbook(playbook, contexts, remotes, opts, time.time, progress)
     finally:
         if guard is not None:
             guard.close()

@@ -22,6 +22,7 @@ from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan, cpu_engine_plan
 from vllmctl.planner.rules.base import HostResources
+from vllmctl.runner.fact_cache import FactCache
 from vllmctl.runner.lora_plans import with_lora_choice
 from vllmctl.runner.refusals import raise_port_clashes, raise_refused
 from vllmctl.runner.remote import SshRemote
@@ -112,6 +113,16 @@ def host_contexts(
 
 def ssh_remote(ctx: HostContext) -> SshRemote:
     return SshRemote(SshTransport(ctx.host))
+
+
+def cached_ssh_remote(root: Path) -> Callable[[HostContext], SshRemote]:
+    """Remotes that may answer a no-op `begin` from the facts a no-op run kept (runner/fact_cache.py)."""
+    cache = FactCache(root)
+
+    def remote(ctx: HostContext) -> SshRemote:
+        return SshRemote(SshTransport(ctx.host), cache)
+
+    return remote
 
 
 def fan_out(names: Sequence[str], work: Callable[[str], T], forks: int) -> dict[str, T | VllmctlError]:

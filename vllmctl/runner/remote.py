@@ -5,18 +5,28 @@ The lock is an atomic `mkdir` with an owner file; the audit line is appended whe
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from vllmctl.errors import TransportError, VllmctlError
-from vllmctl.facts.script import build_script, one_write, parse_sections
+from vllmctl.facts.script import build_script, one_write, parse_sections, section, split_sections
+from vllmctl.facts.witness import (
+    LIVE_FACTS,
+    settled,
+    witness_command,
+    witness_lines,
+    witness_words,
+    witnessed_paths,
+)
 from vllmctl.ops import Action, Command, Upload
 from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
 from vllmctl.paths import AUDIT_LOG, LOCK_DIR
 from vllmctl.render.quoting import shell_word
+from vllmctl.runner.fact_cache import FactCache, Snapshot, requests_json
 from vllmctl.transport import Result, SshTransport
 
 LOCKED_MARK = "@@vllmctl-locked"
@@ -43,6 +53,11 @@ class Remote(Protocol):
         ...
 
     def gather(self, requests: Requests, timeout: float) -> dict[str, Any]: ...
+
+    def keep_facts(self) -> None:
+        """The facts the last unlocked `begin` read plan no change: a later run may reuse them while their
+        witness reads the same."""
+        ...
 
     def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result: ...
 
@@ -84,27 +99,111 @@ def finish_script(release_lock: bool, audit: bool) -> str:
     return "; ".join(parts) or "true"
 
 
+WITNESS = "@@witness"
+HOST_TIME = "@@host-time"
+
+
+def reuse_script(requests: Requests, words: tuple[list[str], list[str]], known: list[str]) -> str:
+    """What a no-op run over kept facts runs as the SSH user: the lock probe, the witness (`known`: the
+    paths the kept witness saw) and the live facts."""
+    live = {name: args for name, args in requests.items() if name in LIVE_FACTS}
+    witness = witness_command([*words[0], *known], words[1])
+    return one_write(probe_script() + section(WITNESS, witness) + build_script(live))
+
+
 class SshRemote:
-    def __init__(self, transport: SshTransport) -> None:
+    """`cache` turns on the no-op fast path: an unlocked `begin` first reads the witness of the facts a
+    earlier no-op run kept, as the SSH user (no sudo, no PID 1), and reuses those facts when it matches."""
+
+    def __init__(self, transport: SshTransport, cache: FactCache | None = None) -> None:
         self.transport = transport
         self.name = transport.host.name
+        self.cache = cache
+        self.reused = False  # the last begin's facts came from the cache
+        self._candidate: Snapshot | None = None
+        self._candidate_time = 0.0
 
     def begin(
         self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
     ) -> dict[str, Any]:
-        prefix = lock_script(lock_owner, break_lock) if lock_owner else probe_script()
-        return self._gather(prefix, requests, timeout)
+        self.reused, self._candidate = False, None
+        if lock_owner:
+            return self._gather(lock_script(lock_owner, break_lock), requests, timeout)
+        words = witness_words(requests) if self.cache is not None else None
+        if words is None:
+            return self._gather(probe_script(), requests, timeout)
+        kept = self._load()
+        if kept is not None and kept.requests == requests_json(requests):
+            facts = self._reuse(kept, requests, words, timeout)
+            if facts is not None:
+                self.reused = True
+                return facts
+        return self._gather_witnessed(requests, words, timeout)
 
     def gather(self, requests: Requests, timeout: float) -> dict[str, Any]:
         return self._gather("", requests, timeout)
 
+    def keep_facts(self) -> None:
+        if self.cache is None or self._candidate is None:
+            return
+        if settled(self._candidate.witness, self._candidate_time):
+            # a cache that cannot be written costs the next run its fast path, nothing else
+            with contextlib.suppress(OSError):
+                self.cache.store(self.transport.target, self._candidate)
+        self._candidate = None
+
+    def _load(self) -> Snapshot | None:
+        assert self.cache is not None
+        return self.cache.load(self.transport.target)
+
+    def _reuse(
+        self, kept: Snapshot, requests: Requests, words: tuple[list[str], list[str]], timeout: float
+    ) -> dict[str, Any] | None:
+        """The kept facts when the witness reads as it did (the live facts read afresh), else None."""
+        live = {name: args for name, args in requests.items() if name in LIVE_FACTS}
+        script = reuse_script(requests, words, witnessed_paths(kept.witness))
+        result = self.transport.run(script, sudo=False, timeout=timeout)
+        raise_if_locked(self.name, result)
+        if not result.ok:
+            return None
+        sections = split_sections(result.stdout)
+        if witness_lines(sections.get(WITNESS, ("", 1))[0]) != kept.witness:
+            return None
+        fresh = parse_sections(live, result.stdout)
+        if set(fresh) != set(live):
+            return None
+        return {**kept.facts, **fresh}
+
+    def _gather_witnessed(
+        self, requests: Requests, words: tuple[list[str], list[str]], timeout: float
+    ) -> dict[str, Any]:
+        """Every fact under sudo, the witness read just before them: a change made while the facts are
+        read shows in the next witness, never hidden behind it."""
+        witness = section(WITNESS, witness_command(*words)) + section(HOST_TIME, "date +%s.%N")
+        script = one_write(probe_script() + witness + build_script(requests))
+        result = self._run_gather(script, timeout)
+        sections = split_sections(result.stdout)
+        facts = parse_sections(requests, result.stdout)
+        try:
+            host_time = float(sections.get(HOST_TIME, ("", 1))[0].strip())
+        except ValueError:
+            return facts
+        if set(facts) == set(requests):
+            lines = witness_lines(sections.get(WITNESS, ("", 1))[0])
+            self._candidate = Snapshot(requests_json(requests), lines, facts)
+            self._candidate_time = host_time
+        return facts
+
     def _gather(self, prefix: str, requests: Requests, timeout: float) -> dict[str, Any]:
-        script = one_write(prefix + build_script(requests))
+        result = self._run_gather(one_write(prefix + build_script(requests)), timeout)
+        return parse_sections(requests, result.stdout)
+
+    def _run_gather(self, script: str, timeout: float) -> Result:
         result = self.transport.run(script, sudo=True, timeout=timeout)
         raise_if_locked(self.name, result)
         if not result.ok:
             raise replace(result, host=self.name).error("gathering facts")
-        return parse_sections(requests, result.stdout)
+        return result
 
     def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:
         if isinstance(action, PushFile):

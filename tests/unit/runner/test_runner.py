@@ -234,3 +234,16 @@ def test_a_held_lock_fails_even_a_noop_run_with_the_owner() -> None:
     fleet.hosts["h1"].lock = "bob@elsewhere pid=7"
     result = fleet.run()
     assert result.hosts["h1"].status == "failed" and "bob@elsewhere pid=7" in result.hosts["h1"].error
+
+
+def test_only_facts_that_plan_no_change_are_kept_for_the_next_runs_fast_path() -> None:
+    fleet = Fleet(["h1"])
+    fleet.run(check=True)  # the first plan changes everything: nothing to keep, in --check too
+    fleet.run()  # changes, under the lock: its facts are gathered again and never kept
+    assert fleet.hosts["h1"].kept == 0
+    fleet.run()
+    fleet.run(check=True)
+    assert fleet.hosts["h1"].kept == 2
+    fleet.hosts["h1"].lock = None
+    fleet.run(break_lock=True)  # facts read under a lock taken up front are not a probe's: not kept
+    assert fleet.hosts["h1"].kept == 2
