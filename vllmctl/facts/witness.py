@@ -5,6 +5,7 @@ later run can trust facts read under sudo for as long as the witness reads the s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from vllmctl.paths import STATE_DIR, UNIT_DIR, UNIT_PREFIX
 from vllmctl.render.quoting import shell_join
@@ -81,9 +82,20 @@ def witnessed_paths(lines: Iterable[str]) -> list[str]:
     return sorted({line.split("\t", 1)[0] for line in lines})
 
 
+def covers(lines: Iterable[str], requests: Mapping[str, tuple[str, ...]], facts: Mapping[str, Any]) -> bool:
+    """The witness saw every path the facts found and the unit directory: a `stat` that printed nothing
+    (another `stat`, a broken format) would otherwise read the same forever."""
+    seen = set(witnessed_paths(lines))
+    found = {path for path, info in facts.get("paths", {}).items() if info.get("type") != "absent"}
+    return found <= seen and ("units" not in requests or UNIT_DIR in seen)
+
+
 def settled(lines: Iterable[str], host_now: float) -> bool:
     """Every witnessed mtime and ctime is older than SETTLE_S before `host_now`: a change in the same
     timestamp tick as the last one would otherwise leave the witness as it was."""
+    lines = list(lines)
+    if not lines:
+        return False
     for line in lines:
         fields = line.split("\t")
         if len(fields) < 5:

@@ -15,6 +15,7 @@ from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.facts.script import build_script, one_write, parse_sections, section, split_sections
 from vllmctl.facts.witness import (
     LIVE_FACTS,
+    covers,
     settled,
     witness_command,
     witness_lines,
@@ -112,7 +113,7 @@ def reuse_script(requests: Requests, words: tuple[list[str], list[str]], known: 
 
 
 class SshRemote:
-    """`cache` turns on the no-op fast path: an unlocked `begin` first reads the witness of the facts a
+    """`cache` turns on the no-op fast path: an unlocked `begin` first reads the witness of the facts an
     earlier no-op run kept, as the SSH user (no sudo, no PID 1), and reuses those facts when it matches."""
 
     def __init__(self, transport: SshTransport, cache: FactCache | None = None) -> None:
@@ -188,8 +189,8 @@ class SshRemote:
             host_time = float(sections.get(HOST_TIME, ("", 1))[0].strip())
         except ValueError:
             return facts
-        if set(facts) == set(requests):
-            lines = witness_lines(sections.get(WITNESS, ("", 1))[0])
+        lines = witness_lines(sections.get(WITNESS, ("", 1))[0])
+        if set(facts) == set(requests) and covers(lines, requests, facts):
             self._candidate = Snapshot(requests_json(requests), lines, facts)
             self._candidate_time = host_time
         return facts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllmctl.facts.witness import SETTLE_S, settled, witness_command, witness_words, witnessed_paths
+from vllmctl.facts.witness import SETTLE_S, covers, settled, witness_command, witness_words, witnessed_paths
 
 LINE = "/etc/vllmctl/tiny.env\t12\t200\t{m}\t{c}\t8180\t0\t0\t'/etc/vllmctl/tiny.env'"
 
@@ -37,3 +37,13 @@ def test_facts_are_kept_only_when_every_witnessed_time_is_older_than_the_settle_
     assert not settled([old, LINE.format(m=now - 100, c=now - 1)], now)  # a chmod a second ago
     assert not settled(["garbled"], now)
     assert witnessed_paths([old, old]) == ["/etc/vllmctl/tiny.env"]
+
+
+def test_a_witness_must_have_seen_every_path_the_facts_found_and_the_unit_directory() -> None:
+    line = LINE.format(m=1, c=1)
+    facts = {"paths": {"/etc/vllmctl/tiny.env": {"type": "file"}, "/etc/gone": {"type": "absent"}}}
+    assert covers([line], {"paths": ()}, facts)
+    assert not covers([], {"paths": ()}, facts)
+    assert not covers([line], {"paths": (), "units": ()}, facts)  # /etc/systemd/system unseen
+    unit_dir = "/etc/systemd/system\t1\t4096\t1\t1\t41ed\t0\t0\t'/etc/systemd/system'"
+    assert covers([line, unit_dir], {"paths": (), "units": ()}, facts)

@@ -131,3 +131,20 @@ def test_the_fast_path_still_refuses_a_locked_host(host: Host, tmp_path: Path) -
     with pytest.raises(HostLockedError, match="bob@ctl pid=7"):
         host.remote(cache).begin(REQUESTS, None, False, 30)
     assert host.runs == [False]
+
+
+def test_a_witness_that_saw_nothing_is_never_kept(host: Host, tmp_path: Path) -> None:
+    """A host whose `stat` prints nothing (no GNU stat) would otherwise match the kept witness forever."""
+    cache = FactCache(tmp_path / "cache")
+    real_run = host.run
+
+    def no_stat(
+        cmd: str, sudo: bool = False, timeout: float | None = None, stdin: bytes | None = None
+    ) -> Result:
+        return real_run(cmd.replace("stat --printf", "no-such-stat --printf"), sudo, timeout, stdin)
+
+    host.run = no_stat  # type: ignore[method-assign]
+    first = host.remote(cache)
+    assert first.begin(REQUESTS, None, False, 30)["applied"] == {"u.service": "h1"}
+    first.keep_facts()
+    assert not cache.root.exists() or not list(cache.root.iterdir())
