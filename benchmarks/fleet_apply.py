@@ -420,6 +420,8 @@ def fleet_figures(args: argparse.Namespace, hosts: int, peers: Path) -> dict[str
         ]  # fmt: skip
         found |= measure(change, env, work, args.runs, hosts_cpu)
         run_child([*apply, str(inventory)], env, work)  # back to the no-op inventory's units
+        time.sleep(SETTLE_S + 0.5)
+        run_child([*apply, str(inventory)], env, work)  # a no-op that keeps the facts the phases below reuse
         reads = [
             Case("vllmctl status",
                  lambda n: [*vllmctl, "status", str(inventory), "--json", "--interval", "0"], json_answer),

@@ -54,7 +54,8 @@ def witness_words(requests: Mapping[str, tuple[str, ...]]) -> tuple[list[str], l
         if name == "paths":
             if any(arg.startswith(STATE_DIR + "/") for arg in args):
                 return None  # root's records: the SSH user cannot stat them, so no witness would match
-            paths += args
+            # owners and groups are shown by name: a uid that changes hands changes these files
+            paths += [*args, "/etc/passwd", "/etc/group"]
         elif name == "applied":
             # the records are root's (0700): their directory changes with every record vllmctl writes
             # (written to a temp name and renamed, or removed); see docs/executor.md for what it misses

@@ -129,6 +129,9 @@ class SshRemote:
     ) -> dict[str, Any]:
         self.reused, self._candidate = False, None
         if lock_owner:
+            if self.cache is not None:  # the host is about to change: the next run need not try the witness
+                with contextlib.suppress(OSError):
+                    self.cache.forget(self.transport.target)
             return self._gather(lock_script(lock_owner, break_lock), requests, timeout)
         words = witness_words(requests) if self.cache is not None else None
         if words is None:

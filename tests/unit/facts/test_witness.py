@@ -13,7 +13,8 @@ def test_every_fact_of_the_units_playbook_has_a_witness_and_others_have_none() -
     )
     assert words is not None
     paths, globs = words
-    assert paths == ["/etc/vllmctl/a b.env", "/var/lib/vllmctl/state"]  # users are read live, not witnessed
+    # users are read live, not witnessed; owners are shown by name, so the user and group files are
+    assert paths == ["/etc/vllmctl/a b.env", "/etc/passwd", "/etc/group", "/var/lib/vllmctl/state"]
     assert "/run/systemd/units/invocation:vllmctl-*" in globs
     assert "/etc/systemd/system.control/vllmctl-*.d/*" in globs  # `systemctl set-property` drop-ins
     assert "/etc/systemd/system/*.wants/vllmctl-*" in globs  # enablement

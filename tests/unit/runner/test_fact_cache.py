@@ -4,6 +4,7 @@ have settled, reused only while the witness (read without sudo) is unchanged, re
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -148,3 +149,17 @@ def test_a_witness_that_saw_nothing_is_never_kept(host: Host, tmp_path: Path) ->
     assert first.begin(REQUESTS, None, False, 30)["applied"] == {"u.service": "h1"}
     first.keep_facts()
     assert not cache.root.exists() or not list(cache.root.iterdir())
+
+
+def test_a_run_that_takes_the_lock_drops_the_kept_facts(host: Host, tmp_path: Path) -> None:
+    cache = FactCache(tmp_path / "cache")
+    first = host.remote(cache)
+    first.begin(REQUESTS, None, False, 30)
+    first.keep_facts()
+    assert len(list(cache.root.iterdir())) == 1
+    host.remote(cache).begin(REQUESTS, "me@ctl pid=1", False, 30)
+    assert list(cache.root.iterdir()) == []
+    shutil.rmtree(host.root / "lib" / "lock")  # that run's finish
+    host.runs.clear()
+    host.remote(cache).begin(REQUESTS, None, False, 30)
+    assert host.runs == [True]  # straight to sudo: no witness to try
