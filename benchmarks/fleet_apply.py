@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -309,14 +310,9 @@ def where_time_goes(
     request = flow.ApplyRequest(inventory=str(inventory), playbook="units", forks=forks or DEFAULT_FORKS)
     cpu = time.process_time()
     started = time.perf_counter()
-    cache_home = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the facts the timed runs kept
-    with timers(spent, patches):
+    kept = {"XDG_CACHE_HOME": env["XDG_CACHE_HOME"]}  # the facts the timed runs kept
+    with timers(spent, patches), mock.patch.dict(os.environ, kept):
         flow.apply(request, Ui(io.StringIO(), io.StringIO()), lambda count, name: True)
-    if cache_home is None:
-        os.environ.pop("XDG_CACHE_HOME")
-    else:
-        os.environ["XDG_CACHE_HOME"] = cache_home
     total = time.perf_counter() - started
     spent["round trip"] -= spent["connect"]
     return {

@@ -43,6 +43,11 @@ def _unit_globs() -> list[str]:
     return globs + list(RUNTIME_GLOBS)
 
 
+def live_requests(requests: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The requested facts the fast path reads afresh as the SSH user."""
+    return {name: args for name, args in requests.items() if name in LIVE_FACTS}
+
+
 def witness_words(requests: Mapping[str, tuple[str, ...]]) -> tuple[list[str], list[str]] | None:
     """(paths to stat, glob patterns to stat) covering every requested fact, or None when a requested fact
     has no witness (the run reads every fact under sudo, as without the fast path)."""

@@ -95,9 +95,10 @@ class _HostRun:
             # planned once from these facts; planned again only from facts gathered later
             first = [plan_calls(phase_list, facts) for _, phase_list in calls]
             planned: list[list[Step]] | None = first
-            if not self.locked and not _any_change(first):
+            changes = _any_change(first)
+            if not self.locked and not changes:
                 self.remote.keep_facts()
-            if not self.opts.check and not self.locked and _any_change(first):
+            if not self.opts.check and not self.locked and changes:
                 emit(self.ctx.host.name, "facts", "locking and gathering facts again")
                 facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
                 self.locked, planned = True, None

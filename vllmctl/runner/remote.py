@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.facts.script import build_script, one_write, parse_sections, section, split_sections
 from vllmctl.facts.witness import (
-    LIVE_FACTS,
     covers,
+    live_requests,
     settled,
     witness_command,
     witness_lines,
@@ -107,9 +107,8 @@ HOST_TIME = "@@host-time"
 def reuse_script(requests: Requests, words: tuple[list[str], list[str]], known: list[str]) -> str:
     """What a no-op run over kept facts runs as the SSH user: the lock probe, the witness (`known`: the
     paths the kept witness saw) and the live facts."""
-    live = {name: args for name, args in requests.items() if name in LIVE_FACTS}
     witness = witness_command([*words[0], *known], words[1])
-    return one_write(probe_script() + section(WITNESS, witness) + build_script(live))
+    return one_write(probe_script() + section(WITNESS, witness) + build_script(live_requests(requests)))
 
 
 class SshRemote:
@@ -121,8 +120,7 @@ class SshRemote:
         self.name = transport.host.name
         self.cache = cache
         self.reused = False  # the last begin's facts came from the cache
-        self._candidate: Snapshot | None = None
-        self._candidate_time = 0.0
+        self._candidate: Snapshot | None = None  # what the last begin read under sudo, fit to be kept
 
     def begin(
         self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
@@ -136,7 +134,7 @@ class SshRemote:
         words = witness_words(requests) if self.cache is not None else None
         if words is None:
             return self._gather(probe_script(), requests, timeout)
-        kept = self._load()
+        kept = self.cache.load(self.transport.target) if self.cache is not None else None
         if kept is not None and kept.requests == requests_json(requests):
             facts = self._reuse(kept, requests, words, timeout)
             if facts is not None:
@@ -148,23 +146,17 @@ class SshRemote:
         return self._gather("", requests, timeout)
 
     def keep_facts(self) -> None:
-        if self.cache is None or self._candidate is None:
-            return
-        if settled(self._candidate.witness, self._candidate_time):
+        if self.cache is not None and self._candidate is not None:
             # a cache that cannot be written costs the next run its fast path, nothing else
             with contextlib.suppress(OSError):
                 self.cache.store(self.transport.target, self._candidate)
         self._candidate = None
 
-    def _load(self) -> Snapshot | None:
-        assert self.cache is not None
-        return self.cache.load(self.transport.target)
-
     def _reuse(
         self, kept: Snapshot, requests: Requests, words: tuple[list[str], list[str]], timeout: float
     ) -> dict[str, Any] | None:
         """The kept facts when the witness reads as it did (the live facts read afresh), else None."""
-        live = {name: args for name, args in requests.items() if name in LIVE_FACTS}
+        live = live_requests(requests)
         script = reuse_script(requests, words, witnessed_paths(kept.witness))
         result = self.transport.run(script, sudo=False, timeout=timeout)
         raise_if_locked(self.name, result)
@@ -188,14 +180,14 @@ class SshRemote:
         result = self._run_gather(script, timeout)
         sections = split_sections(result.stdout)
         facts = parse_sections(requests, result.stdout)
+        lines = witness_lines(sections.get(WITNESS, ("", 1))[0])
         try:
             host_time = float(sections.get(HOST_TIME, ("", 1))[0].strip())
         except ValueError:
             return facts
-        lines = witness_lines(sections.get(WITNESS, ("", 1))[0])
-        if set(facts) == set(requests) and covers(lines, requests, facts):
+        complete = set(facts) == set(requests) and covers(lines, requests, facts)
+        if complete and settled(lines, host_time):
             self._candidate = Snapshot(requests_json(requests), lines, facts)
-            self._candidate_time = host_time
         return facts
 
     def _gather(self, prefix: str, requests: Requests, timeout: float) -> dict[str, Any]:

@@ -48,6 +48,19 @@ class Host:
         return SshRemote(transport, cache)  # type: ignore[arg-type]
 
 
+def kept(host: Host, root: Path) -> FactCache:
+    """A cache holding the facts of one no-op run on `host`."""
+    cache = FactCache(root / "cache")
+    first = host.remote(cache)
+    first.begin(REQUESTS, None, False, 30)
+    first.keep_facts()
+    return cache
+
+
+def nothing_kept(cache: FactCache) -> bool:
+    return not cache.root.exists() or not list(cache.root.iterdir())
+
+
 def settle() -> None:
     time.sleep(SETTLE_S + 0.2)
 
@@ -85,10 +98,7 @@ def test_kept_facts_are_reused_without_sudo_until_a_file_they_rest_on_changes(
 def test_a_record_written_in_roots_directory_is_seen_through_the_directory(
     host: Host, tmp_path: Path
 ) -> None:
-    cache = FactCache(tmp_path / "cache")
-    first = host.remote(cache)
-    first.begin(REQUESTS, None, False, 30)
-    first.keep_facts()
+    cache = kept(host, tmp_path)
     state = host.root / "lib" / "state"
     (state / ".tmp").write_text("h2")
     os.replace(state / ".tmp", state / "u.service.applied")  # how vllmctl writes every record
@@ -97,21 +107,14 @@ def test_a_record_written_in_roots_directory_is_seen_through_the_directory(
 
 
 def test_facts_over_files_changed_within_the_settle_time_are_not_kept(host: Host, tmp_path: Path) -> None:
-    cache = FactCache(tmp_path / "cache")
     (host.root / "etc" / "tiny.env").write_text("TOKEN=cccc\n")
-    first = host.remote(cache)
-    first.begin(REQUESTS, None, False, 30)
-    first.keep_facts()
-    assert not cache.root.exists() or not list(cache.root.iterdir())
+    assert nothing_kept(kept(host, tmp_path))
 
 
 def test_other_requests_or_a_fact_without_a_witness_read_everything_under_sudo(
     host: Host, tmp_path: Path
 ) -> None:
-    cache = FactCache(tmp_path / "cache")
-    first = host.remote(cache)
-    first.begin(REQUESTS, None, False, 30)
-    first.keep_facts()
+    cache = kept(host, tmp_path)
     host.runs.clear()
     other = host.remote(cache)
     other.begin({**REQUESTS, "paths": ("/etc/vllmctl/tiny.env",)}, None, False, 30)
@@ -122,10 +125,7 @@ def test_other_requests_or_a_fact_without_a_witness_read_everything_under_sudo(
 
 
 def test_the_fast_path_still_refuses_a_locked_host(host: Host, tmp_path: Path) -> None:
-    cache = FactCache(tmp_path / "cache")
-    first = host.remote(cache)
-    first.begin(REQUESTS, None, False, 30)
-    first.keep_facts()
+    cache = kept(host, tmp_path)
     (host.root / "lib" / "lock").mkdir()
     (host.root / "lib" / "lock" / "owner").write_text("bob@ctl pid=7\n")
     host.runs.clear()
@@ -136,7 +136,6 @@ def test_the_fast_path_still_refuses_a_locked_host(host: Host, tmp_path: Path) -
 
 def test_a_witness_that_saw_nothing_is_never_kept(host: Host, tmp_path: Path) -> None:
     """A host whose `stat` prints nothing (no GNU stat) would otherwise match the kept witness forever."""
-    cache = FactCache(tmp_path / "cache")
     real_run = host.run
 
     def no_stat(
@@ -145,17 +144,15 @@ def test_a_witness_that_saw_nothing_is_never_kept(host: Host, tmp_path: Path) ->
         return real_run(cmd.replace("stat --printf", "no-such-stat --printf"), sudo, timeout, stdin)
 
     host.run = no_stat  # type: ignore[method-assign]
+    cache = FactCache(tmp_path / "cache")
     first = host.remote(cache)
     assert first.begin(REQUESTS, None, False, 30)["applied"] == {"u.service": "h1"}
     first.keep_facts()
-    assert not cache.root.exists() or not list(cache.root.iterdir())
+    assert nothing_kept(cache)
 
 
 def test_a_run_that_takes_the_lock_drops_the_kept_facts(host: Host, tmp_path: Path) -> None:
-    cache = FactCache(tmp_path / "cache")
-    first = host.remote(cache)
-    first.begin(REQUESTS, None, False, 30)
-    first.keep_facts()
+    cache = kept(host, tmp_path)
     assert len(list(cache.root.iterdir())) == 1
     host.remote(cache).begin(REQUESTS, "me@ctl pid=1", False, 30)
     assert list(cache.root.iterdir()) == []
