@@ -1,0 +1,203 @@
+"""Rollouts at the edge: every flow that stops engines (apply, rollback, group releases) asks here before a
+host's engines stop and reports here once its release is decided. Who serves is read live (HAProxy's
+`show stat` for models behind the gateway, each replica's /health otherwise); releases/rollout.py decides."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vllmctl.errors import VllmctlError
+from vllmctl.inventory.model import Inventory
+from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
+from vllmctl.runner.gateway import GatewayControl
+from vllmctl.tasks.desired import ModelPlan, Replica
+from vllmctl.transport.target import http_address
+
+POLL_S = 1.0
+PROBE_TIMEOUT_S = 3.0
+DEFAULT_WAIT_S = 300.0
+
+Probe = Callable[[ServingReplica], bool]  # does its /health answer 200?
+
+
+class EngineGuard(Protocol):
+    """What a run calls around stopping a host's engines."""
+
+    def take_out(self, host: str) -> str:
+        """Block until `host` may stop its engines (then it is out of service, drained from the gateway):
+        "" then, or why it must not (the rollout stopped, or a model would lose its last replicas)."""
+        ...
+
+    def put_back(self, host: str, failure: str) -> str:
+        """After its release is decided (`failure` "" when it passed): back into rotation, counted; returns
+        why the host is given up as failed when its release passed but it did not come back."""
+        ...
+
+    def fail(self, name: str, why: str) -> None:
+        """A failure outside take_out/put_back (a group release) counted against --max-fail."""
+        ...
+
+    @property
+    def stopped(self) -> str: ...
+
+
+def probe_health(replica: ServingReplica) -> bool:
+    """Does the engine answer GET /health with 200 within PROBE_TIMEOUT_S?"""
+    import httpx
+
+    try:
+        with httpx.Client(trust_env=False, timeout=PROBE_TIMEOUT_S) as client:
+            return client.get(f"{replica.url}/health").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class Serving(Container[str]):
+    """Which refs serve, asked lazily: the gateway's UP set for models behind it (read once), each engine's
+    /health otherwise (each asked at most once)."""
+
+    def __init__(
+        self, replicas: Iterable[ServingReplica], up: set[str] | None, behind: Container[str], probe: Probe
+    ):
+        self.by_ref = {r.ref: r for r in replicas}
+        self.up, self.behind, self.probe = up, behind, probe
+        self.asked: dict[str, bool] = {}
+
+    def __contains__(self, ref: object) -> bool:
+        replica = self.by_ref.get(str(ref))
+        if replica is None:
+            return False
+        if self.up is not None and replica.model in self.behind:
+            return replica.ref in self.up
+        if replica.ref not in self.asked:
+            self.asked[replica.ref] = self.probe(replica)
+        return self.asked[replica.ref]
+
+
+@dataclass
+class RolloutGuard:
+    """The rollout's ledger behind one lock: hosts out of service, failures, the wait for replicas to serve;
+    `events` records each host taken out, held back or put back, for the JSON report."""
+
+    replicas: list[ServingReplica]
+    min_available: dict[str, int]  # model -> replicas that must keep serving
+    ledger: RolloutLedger
+    gateway: GatewayControl | None = None
+    probe: Probe = probe_health
+    wait_s: float = DEFAULT_WAIT_S
+    poll_s: float = POLL_S
+    clock: Callable[[], float] = time.monotonic
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def stopped(self) -> str:
+        with self._cond:
+            return self.ledger.stopped
+
+    def fail(self, name: str, why: str) -> None:
+        with self._cond:
+            self.ledger.fail(name, why)
+            self._cond.notify_all()
+
+    def serving(self, models: Iterable[str]) -> Serving:
+        """Who of `models` serves now: UP on every gateway host or, where no gateway answers for a model,
+        each replica whose /health answers."""
+        wanted = [r for r in self.replicas if r.model in set(models)]
+        up: set[str] | None = None
+        behind: Container[str] = self.gateway.gateway.ports if self.gateway is not None else {}
+        if any(r.model in behind for r in wanted):
+            assert self.gateway is not None
+            try:
+                up = self.gateway.up_refs()
+            except VllmctlError:
+                up = None  # not installed yet, or down: the engines themselves say who serves
+        return Serving(wanted, up, behind, self.probe)
+
+    def take_out(self, host: str) -> str:
+        models = {r.model: self.min_available.get(r.model, 1) for r in self.replicas if r.host == host}
+        deadline = self.clock() + self.wait_s
+        with self._cond:
+            while True:
+                if self.ledger.stopped:
+                    return self._held(host, self.ledger.stopped)
+                decision = may_take_out(host, models, self.replicas, self.serving(models), self.ledger.out)
+                if decision.verdict == "go":
+                    self.ledger.out.add(host)
+                    break
+                if self.clock() >= deadline:
+                    why = f"held back after waiting {self.wait_s:g} s: {decision.reason}"
+                    return self._held(host, why)
+                self._cond.wait(self.poll_s)
+        self.events.append({"host": host, "event": "out", "notes": list(decision.notes), "time": time.time()})
+        if self.gateway is not None:
+            self.gateway.drain(host)
+        return ""
+
+    def _held(self, host: str, why: str) -> str:
+        self.events.append({"host": host, "event": "held", "reason": why, "time": time.time()})
+        return why
+
+    def put_back(self, host: str, failure: str) -> str:
+        """Readied in the gateway and waited for UP before the host counts as back: until then no other host
+        of its models is taken out."""
+        lost = ""
+        if self.gateway is not None and not self.gateway.ready(host) and not failure:
+            lost = f"{host}: its release passed, but the gateway did not see it UP in time"
+        with self._cond:
+            if failure or lost:
+                self.ledger.fail(host, failure or lost)
+            self.ledger.out.discard(host)
+            self._cond.notify_all()
+        back = {"host": host, "event": "back", "failed": bool(failure or lost), "time": time.time()}
+        self.events.append(back)
+        return lost
+
+    def host_events(self, host: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["host"] == host]
+
+    def close(self) -> None:
+        if self.gateway is not None:
+            self.gateway.close()
+
+
+def serving_replicas(
+    inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]]
+) -> list[ServingReplica]:
+    """Every single-host replica of every model, from the plans where known (else the model's first port);
+    models behind the gateway are named as its servers. Multi-node models restart as group releases."""
+    behind = inventory.gateway.ports if inventory.gateway is not None else {}
+    found = []
+    for model in inventory.models.values():
+        if model.cluster is not None:
+            continue
+        for host in model.hosts:
+            plan = plans.get(host, {}).get(model.name)
+            address = http_address(inventory.hosts[host])
+            for replica in plan.replicas if plan else (Replica(0, model.port),):
+                url = f"http://{_bracketed(address)}:{replica.port}"
+                ref = f"{model.name}/{host}-{replica.port}" if model.name in behind else url
+                found.append(ServingReplica(model.name, host, ref, url))
+    return found
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def rollout_guard(
+    inventory: Inventory,
+    plans: Mapping[str, Mapping[str, ModelPlan]],
+    hosts: int,
+    max_fail: MaxFail,
+    gateway: GatewayControl | None,
+    wait_s: float = DEFAULT_WAIT_S,
+    probe: Probe = probe_health,
+) -> RolloutGuard:
+    replicas = serving_replicas(inventory, plans)
+    minimum = {m.name: m.min_available for m in inventory.models.values()}
+    return RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)
