@@ -1,10 +1,12 @@
 """The options commands share, declared once with one meaning each: which hosts (`--limit`), how many at once
-(`--forks`), how long one remote command may take (`--timeout`, the one timeout policy), `--json`, `--yes`."""
+(`--forks`), how long one remote command may take (`--timeout`, the one timeout policy), `--json`, `--yes`,
+and how a rollout that restarts engines stops (`--max-fail`, `--wait-available`)."""
 
 from __future__ import annotations
 
 import argparse
 
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import (
     BOOKKEEPING_TIMEOUT_S,
     CHANGE_TIMEOUT_S,
@@ -49,3 +51,31 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def add_yes(parser: argparse.ArgumentParser, what: str = "do it") -> None:
     parser.add_argument("--yes", action="store_true", help=f"{what}; without it, only show what would happen")
+
+
+def max_fail(text: str) -> MaxFail:
+    try:
+        return MaxFail.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_rollout(parser: argparse.ArgumentParser) -> None:
+    """`--max-fail` and `--wait-available`: when a rollout stops, and how long a host waits for its models'
+    other replicas to serve before it is left as it was (docs/releases.md, "Rolling out")."""
+    parser.add_argument(
+        "--max-fail",
+        type=max_fail,
+        default=MaxFail(),
+        metavar="N|P%",
+        help="hosts (or percent of them) whose restart may fail before the rollout takes no further host "
+        "out of service (default 0: the first failed host stops it)",
+    )
+    parser.add_argument(
+        "--wait-available",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds a host waits for its models to keep min_available serving replicas elsewhere before "
+        "it is left as it was (default 300)",
+    )

@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--diff", action="store_true", help="show unified diffs of changed files")
     options.add_forks(parser)
     parser.add_argument("--batch-size", type=int, help="hosts per batch (overrides the playbook's serial)")
-    parser.add_argument("--max-fail-percentage", type=float, help="stop later batches past this failure rate")
+    parser.add_argument(
+        "--max-fail-percentage", type=float, help="skip later batches once a batch fails past this rate"
+    )
+    options.add_rollout(parser)
     options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--host-timeout", type=float, default=3600.0, help="seconds per host for the run")
     parser.add_argument(
@@ -70,6 +73,8 @@ def request_from(args: argparse.Namespace) -> ApplyRequest:
         forks=args.forks,
         batch_size=args.batch_size,
         max_fail_percentage=args.max_fail_percentage,
+        max_fail=args.max_fail,
+        wait_available=args.wait_available,
         timeout=args.timeout,
         host_timeout=args.host_timeout,
         no_gate=args.no_gate,

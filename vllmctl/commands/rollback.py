@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for health")
     parser.add_argument("--break-lock", action="store_true", help="clear a lock left by a dead apply")
+    options.add_rollout(parser)
     options.add_json(parser)
     parser.set_defaults(func=run)
 
@@ -49,6 +50,8 @@ def run(
         command_timeout_s=args.timeout,
         health_timeout_s=args.health_timeout,
         break_lock=args.break_lock,
+        max_fail=args.max_fail,
+        wait_available=args.wait_available,
         api_keys=api_keys(inventory, os.environ) if args.yes else {},
         health=health,
         remote_for=remote_for,

@@ -108,6 +108,7 @@ def _model(
         engine=engine,
         engine_args=dict(mapping(body.get("engine_args"))),
         slo={key: float(value) for key, value in mapping(body.get("slo")).items()},
+        min_available=body.get("min_available", 1),
         revision=body.get("revision"),
         use_case=body.get("use_case"),
         sampling=_sampling(mapping(body.get("sampling"))),

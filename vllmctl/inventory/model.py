@@ -126,6 +126,7 @@ class ModelDeployment:
     engine: EngineSpec | None = None  # a per-model engine override; None means each host's engine
     engine_args: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
+    min_available: int = 1  # replicas that keep serving while a rollout restarts another (runner/rollout.py)
     revision: str | None = None
     use_case: UseCase | None = None
     sampling: dict[str, float | int] = field(default_factory=dict)  # explicit values win over use_case

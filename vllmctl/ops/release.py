@@ -65,6 +65,13 @@ def swap_units(
     return actions
 
 
+def reinstall_units(manifest: Manifest) -> Step:
+    """The release's own unit copies back in place and systemd reloaded, nothing stopped or started: a host
+    the rollout held back after apply wrote new units keeps running (and restarting) the release it serves."""
+    wanted = sorted(manifest.units)
+    return Step("release_units", release_dir(manifest.id), tuple(swap_units(manifest.id, [], [], wanted)))
+
+
 def activate_release(
     manifest: Manifest,
     running_units: Iterable[str],

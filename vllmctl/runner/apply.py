@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +22,9 @@ from vllmctl.ops import sha256_text
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
-from vllmctl.runner.execute import AfterHost, RunOptions, run_playbook
+from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fleet import (
     append_local_audit,
@@ -45,6 +46,7 @@ from vllmctl.runner.fleet import (
 from vllmctl.runner.gateway import fleet_servers, ssh_gateway
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
+from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
 from vllmctl.runner.view import Progress
 from vllmctl.tasks.desired import HostContext, ModelPlan, render_env
 from vllmctl.tasks.gateway import TLS_SECRET
@@ -67,6 +69,10 @@ class ApplyRequest:
     forks: int = DEFAULT_FORKS
     batch_size: int | None = None
     max_fail_percentage: float | None = None
+    max_fail: MaxFail = field(
+        default_factory=MaxFail
+    )  # failed hosts the rollout tolerates before it takes no further host out
+    wait_available: float = DEFAULT_WAIT_S  # how long a host waits for its models' other replicas to serve
     timeout: float = 600.0  # one remote command
     host_timeout: float = 3600.0
     no_gate: bool = False
@@ -137,6 +143,12 @@ def release_hook(
     return after_host
 
 
+def keep_current_hook(args: ApplyRequest) -> AfterHeld:
+    from vllmctl.runner.release import keep_current
+
+    return lambda ctx, remote: keep_current(ctx, remote, args.bookkeeping_timeout)
+
+
 def deploy_groups(
     args: ApplyRequest,
     inventory: Inventory,
@@ -145,9 +157,11 @@ def deploy_groups(
     contexts: Mapping[str, HostContext],
     started: str,
     keys: Mapping[str, str],
+    guard: RolloutGuard | None,
     ui: Ui,
 ) -> list[GroupRun]:
-    """After the per-host run: each multi-node model as one group release (or, with --check, its plan)."""
+    """After the per-host run: each multi-node model as one group release (or, with --check, its plan);
+    none once the rollout has stopped, and each failed group counts against --max-fail."""
     from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups
     from vllmctl.runner.cluster_release import GroupGateOptions
 
@@ -171,7 +185,7 @@ def deploy_groups(
     }
     secrets = next(iter(contexts.values())).secrets if contexts else {}
     opts = GroupApplyOptions(
-        check=args.check, gate=gate, diff=args.diff, engine_env=engine_env, secrets=secrets
+        check=args.check, gate=gate, diff=args.diff, engine_env=engine_env, secrets=secrets, guard=guard
     )
     return apply_groups(inventory, plans, list(result.hosts), failed, opts, ui.info)
 
@@ -244,7 +258,11 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         name: replace(ctx, fleet_plans=backends)
         for name, ctx in host_contexts(inventory, hosts, secrets, plans).items()
     }
-    guard = None if args.check else ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
+    guard: RolloutGuard | None = None
+    if not args.check:
+        gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
+        known = {**backends, **plans}
+        guard = rollout_guard(inventory, known, len(hosts), args.max_fail, gateway, args.wait_available)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     opts = RunOptions(
         forks=args.forks,
@@ -259,6 +277,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         after_host=None
         if args.check or args.no_gate or not gates(playbook)
         else release_hook(args, inventory, started, keys),
+        after_held=None if args.check or not gates(playbook) else keep_current_hook(args),
         guard=guard,
     )
     try:
@@ -270,10 +289,15 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
             guard.close()
     if guard is not None:
         for name, host in result.hosts.items():
-            host.gateway = guard.host_events(name)
-    groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, ui) if clusters else []
+            host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
+            host.rollout = guard.host_events(name)
+    groups = []
+    if clusters:
+        groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, guard, ui)
+        result.aborted = result.aborted or (guard.stopped if guard is not None else "")
     verdict = None
-    if guard is not None and opts.after_host is not None and result.changed and not result.failed:
+    gateway_changed = guard is not None and guard.gateway is not None and result.changed
+    if gateway_changed and opts.after_host is not None and not result.failed:
         from vllmctl.runner.engine_watch import smoke_bench
         from vllmctl.runner.gateway_gate import gateway_gate
 

@@ -24,6 +24,7 @@ from vllmctl.runner.cluster import node_facts, prepare_nodes, run_preflight
 from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group, lock_group
 from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.runner.plan import unified_diff
+from vllmctl.runner.rollout import EngineGuard
 from vllmctl.tasks.desired import env_path, index_credentials
 
 Log = Callable[[str], None]
@@ -123,6 +124,7 @@ class GroupApplyOptions:
     engine_env: Mapping[str, str] = field(default_factory=dict)
     # secret name -> value: a package index's credentials for Ray's install (never argv)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    guard: EngineGuard | None = None  # the rollout: no group starts once it stopped; failures count
 
 
 def apply_groups(
@@ -133,13 +135,18 @@ def apply_groups(
     opts: GroupApplyOptions,
     log: Log,
 ) -> list[GroupRun]:
-    """Every multi-node model whose nodes are all selected and passed their per-host tasks, one at a time."""
+    """Every multi-node model whose nodes are all selected and passed their per-host tasks, one at a time,
+    until the rollout stops."""
     runs = []
     for name, plan in plans.items():
         nodes = plan.hosts
         left_out = [n for n in nodes if n not in selected]
         broken = [n for n in nodes if n in failed_hosts]
-        if left_out:
+        stopped = opts.guard.stopped if opts.guard is not None and not opts.check else ""
+        if stopped:
+            why = f"not started: {stopped}"
+            runs.append(GroupRun(name, plan.cluster.group, nodes, "skipped", reasons=(why,)))
+        elif left_out:
             why = f"--limit leaves out {', '.join(left_out)}: a multi-node model is deployed on all its nodes"
             runs.append(GroupRun(name, plan.cluster.group, nodes, "skipped", reasons=(why,)))
         elif broken:
@@ -150,6 +157,8 @@ def apply_groups(
                 runs.append(_one(inv, plan, opts, log))
             except VllmctlError as exc:
                 runs.append(GroupRun(name, plan.cluster.group, nodes, "failed", reasons=(exc.render(),)))
+            if runs[-1].failed and opts.guard is not None and not opts.check:
+                opts.guard.fail(f"group {plan.cluster.group}", runs[-1].status)
     return runs
 
 

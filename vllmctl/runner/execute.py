@@ -1,6 +1,7 @@
 """Runs a playbook across hosts: batches, threads (forks), deadlines, one lock per host, audit lines.
 
-One host's failure never stops another host; the clock is passed in, so the logic tests without SSH.
+A host's failure stops no other host's converge; only the rollout (runner/rollout.py) holds a host back
+before its engines stop. The clock is passed in, so the logic tests without SSH.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
-from vllmctl.runner.gateway import EngineGuard
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
+from vllmctl.runner.rollout import EngineGuard
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Playbook
 
 AfterHost = Callable[[HostContext, Remote, Callable[[], None], str], dict[str, Any]]
+AfterHeld = Callable[[HostContext, Remote], str]  # a held-back host: restore what it serves, say what
 
 TAIL = 1500
 GATED_PHASE = "services"  # a failure here (the service did not come up) is rolled back by the gate
@@ -43,11 +45,19 @@ class RunOptions:
     # (release_gate.gate_host). Gets `lock()` (takes the host lock if the converge did not) and the services
     # failure ("" if none); returns the outcome's JSON, whose "ok" decides the host's status.
     after_host: AfterHost | None = None
-    # the gateway: a host's servers are drained before its engines stop and set ready after its release
+    # A host the rollout held back before its engines stopped (release_gate.keep_current): put the units of
+    # the release it serves back in place; returns what it is left on.
+    after_held: AfterHeld | None = None
+    # the rollout: asked before a host's engines stop (and drains it from the gateway), told after its
+    # release is decided; it holds a host back when the rollout stopped or a model would lose its replicas
     guard: EngineGuard | None = None
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening
+
+
+class HeldBack(VllmctlError):
+    """The rollout did not let this host stop its engines: it keeps serving the release it had."""
 
 
 def _tail(text: str) -> str:
@@ -68,7 +78,8 @@ class _HostRun:
         self.result = HostResult(ctx.host.name)
         self.deadline = clock() + opts.host_timeout_s
         self.locked = False
-        self.drained = False
+        self.out = False  # taken out of service by the rollout guard; put back in `finally`
+        self.released = False  # the gate ran, or the services phase failed: a failure here is the release's
 
     def timeout(self) -> float:
         left = self.deadline - self.clock()
@@ -111,40 +122,53 @@ class _HostRun:
                     emit(self.ctx.host.name, phase.name, "gathering facts again")
                     facts, planned = self.remote.gather(requests, self.timeout()), None
             failed_in = next((s.phase for s in self.result.steps if s.status == "failed"), "")
+            self.released = failed_in == GATED_PHASE
             if self.opts.after_host and not self.opts.check and failed_in in ("", GATED_PHASE):
                 self._gate(emit)
+        except HeldBack as exc:
+            self.result.status, self.result.error = "skipped", exc.message
+            self.result.hint = exc.hint
         except TransportError as exc:
             self._fail("unreachable", exc)
         except VllmctlError as exc:
             self._fail("failed", exc)
         finally:
-            self._undrain()
+            self._put_back()
             self.result.elapsed_s = self.clock() - started
             self._finish(self.locked)
         emit(self.ctx.host.name, "done", self.result.status)
         return self.result
 
-    def _drain_before(self, phase: str, step: Step) -> None:
-        """Before the first step that stops or restarts an engine: out of the gateway's rotation."""
+    def _take_out(self, phase: str, step: Step) -> None:
+        """Before the first step that stops or restarts an engine: the rollout's leave (and the gateway's
+        drain), or HeldBack naming the release the host keeps serving."""
         stops = any(isinstance(a, Command) and a.argv[1:2] in (("restart",), ("stop",)) for a in step.actions)
-        if (
-            self.opts.guard is None
-            or self.drained
-            or phase != GATED_PHASE
-            or step.op != "service"
-            or not stops
-        ):
+        if self.opts.guard is None or self.out or phase != GATED_PHASE or step.op != "service" or not stops:
             return
-        self.opts.guard.drain(self.ctx.host.name)
-        self.drained = True
+        refusal = self.opts.guard.take_out(self.ctx.host.name)
+        if refusal:
+            after = self.opts.after_held
+            left = after(self.ctx, self.remote) if after is not None else "the engines it runs"
+            raise HeldBack(f"{refusal}; left on {left}", "apply again once it can go")
+        self.out = True
 
-    def _undrain(self) -> None:
-        if self.drained and self.opts.guard is not None:
-            self.drained = False
-            try:
-                self.opts.guard.ready(self.ctx.host.name)
-            except VllmctlError as exc:
-                self.result.hint = (self.result.hint + "; " if self.result.hint else "") + f"gateway: {exc}"
+    def _put_back(self) -> None:
+        """Tell the rollout how the host's release ended: a failed one counts against --max-fail whether
+        its engines were restarted (taken out) or started fresh."""
+        guard = self.opts.guard
+        failure = self.result.error if self.result.status != "ok" else ""
+        if guard is not None and not self.out and failure and self.released:
+            guard.fail(self.ctx.host.name, failure)
+        if not self.out or guard is None:
+            return
+        self.out = False
+        try:
+            lost = guard.put_back(self.ctx.host.name, failure)
+        except VllmctlError as exc:
+            lost = f"gateway: {exc.message}"
+        if lost and self.result.status == "ok":
+            self.result.status, self.result.error = "failed", lost
+            self.result.hint = "see `show stat` on the gateway host and the engine's journal"
 
     def _lock(self) -> None:
         if not self.locked:
@@ -154,6 +178,7 @@ class _HostRun:
     def _gate(self, emit: Event) -> None:
         assert self.opts.after_host is not None
         emit(self.ctx.host.name, "release", "health, smoke benchmark, gate")
+        self.released = True
         earlier = self.result.error if self.result.status != "ok" else ""
         self.result.release = self.opts.after_host(self.ctx, self.remote, self._lock, earlier)
         if not self.result.release.get("ok", True):
@@ -178,7 +203,7 @@ class _HostRun:
                 self.result.steps.append(StepResult(phase, step, "planned", diff=diff))
                 continue
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
-            self._drain_before(phase, step)
+            self._take_out(phase, step)
             for action in step.actions:
                 outcome = self.remote.execute(action, self.timeout())
                 if not outcome.ok:
@@ -252,14 +277,18 @@ def run_playbook(
         outcomes = _run_batch(batch, playbook, contexts, connect, opts, clock, notify)
         result.hosts.update(outcomes)
         failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
-        canary_failed = opts.after_host is not None and index == 0 and failed and len(pending) > 1
-        if canary_failed or (limit is not None and failed and 100.0 * failed / len(batch) > limit):
-            why = "the release gate (canary)" if canary_failed else f"(max_fail_percentage {limit:g})"
+        stopped = opts.guard.stopped if opts.guard is not None else ""
+        if stopped:
+            result.aborted = stopped
+        elif limit is not None and failed and 100.0 * failed / len(batch) > limit:
+            why = f"(max_fail_percentage {limit:g})"
             result.aborted = f"batch {index + 1}: {failed} of {len(batch)} hosts failed {why}"
-            for later in pending[index + 1 :]:
-                for name in later:
-                    result.hosts[name] = HostResult(name, "skipped", error="skipped: an earlier batch failed")
+        if result.aborted:
+            for name in (name for later in pending[index + 1 :] for name in later):
+                result.hosts[name] = HostResult(name, "skipped", error=f"not started: {result.aborted}")
             break
+    if not result.aborted and opts.guard is not None:
+        result.aborted = opts.guard.stopped
     return result
 
 

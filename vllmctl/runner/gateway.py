@@ -1,14 +1,13 @@
-"""Rollouts behind the gateway: before a host's engines stop, its servers are set to drain on every gateway
-host and the run waits (bounded) for their requests to finish; after its release is decided they are set
-ready and the run waits for HAProxy's checks to see them up. One host of the fleet is out at a time."""
+"""The gateway's side of a rollout: before a host's engines stop, its servers are set to drain on every
+gateway host and the run waits (bounded) for their requests to finish; after its release is decided they are
+set ready and the run waits for HAProxy's checks to see them up. Which host may go is runner/rollout.py's."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from vllmctl.errors import VllmctlError
 from vllmctl.gateway.config import Server, servers
@@ -22,18 +21,10 @@ UP_WAIT_MIN_S = 30.0  # a replica set ready needs `rise` good checks before HAPr
 POLL_S = 0.5
 
 
-class EngineGuard(Protocol):
-    """What a run calls around stopping a host's engines (apply's services phase, a rollback)."""
-
-    def drain(self, host: str) -> None: ...
-
-    def ready(self, host: str) -> None: ...
-
-
 @dataclass
 class GatewayControl:
-    """Drains and readies one host's servers at a time on every gateway host; `events` records each
-    drain and ready with its wall-clock time, for the JSON report and the lab test's order check."""
+    """Drains and readies a host's servers on every gateway host; `events` records each drain and ready
+    with its wall-clock time, for the JSON report and the lab test's order check."""
 
     gateway: GatewaySpec
     servers: list[Server]
@@ -44,9 +35,7 @@ class GatewayControl:
     events: list[dict[str, Any]] = field(default_factory=list)
     # rollback knows only each model's first replica port: the gateway's own `show stat` lists the rest
     discover: bool = False
-    _turn: threading.Lock = field(default_factory=threading.Lock)
     _remotes: dict[str, Remote] = field(default_factory=dict)
-    _holder: str | None = None
     _listed: dict[str, list[str]] | None = None
 
     def _refs(self, host: str) -> list[str]:
@@ -86,6 +75,12 @@ class GatewayControl:
     def stats(self, gateway_host: str) -> dict[str, ServerStat]:
         return parse_stat(self._run(gateway_host, SHOW_STAT))
 
+    def up_refs(self) -> set[str]:
+        """The servers UP on every gateway host (raises when a gateway host does not answer)."""
+        seen = [self.stats(gw) for gw in self.gateway.hosts]
+        listed = set().union(*seen) if seen else set()
+        return {ref for ref in listed if all(ref in s and s[ref].status.startswith("UP") for s in seen)}
+
     def _wait(self, refs: list[str], done: Callable[[ServerStat], bool], limit_s: float) -> dict[str, Any]:
         """Poll every gateway host until `done` holds for each of `refs` (a server it lacks counts done)."""
         started = self.clock()
@@ -108,8 +103,6 @@ class GatewayControl:
         refs = self._refs(host)
         if not refs:
             return
-        self._turn.acquire()  # released by ready(): one host of the fleet out of rotation at a time
-        self._holder = host
         event: dict[str, Any] = {"host": host, "servers": refs}
         try:
             answers = {gw: self._run(gw, set_state(refs, "drain")).strip() for gw in self.gateway.hosts}
@@ -120,25 +113,23 @@ class GatewayControl:
             event.update({"event": "drain failed", "error": exc.message})
         self.events.append({**event, "time": self.clock()})
 
-    def ready(self, host: str) -> None:
+    def ready(self, host: str) -> bool:
+        """Set ready and wait (bounded) for UP: True when every server came up (or the host has none)."""
         refs = self._refs(host)
-        if not refs or self._holder != host:
-            return
+        if not refs:
+            return True
         event: dict[str, Any] = {"host": host, "servers": refs}
         try:
             for gw in self.gateway.hosts:
                 self._run(gw, set_state(refs, "ready"))
             limit = max(UP_WAIT_MIN_S, 10 * self.gateway.check_interval_s)
             event.update({"event": "ready", **self._wait(refs, lambda s: s.status.startswith("UP"), limit)})
+            return not event["pending"]
         except VllmctlError as exc:
             event.update({"event": "ready failed", "error": exc.message})
+            return False
         finally:
             self.events.append({**event, "time": self.clock()})
-            self._release()
-
-    def _release(self) -> None:
-        self._holder = None
-        self._turn.release()
 
     def host_events(self, host: str) -> list[dict[str, Any]]:
         return [event for event in self.events if event["host"] == host]

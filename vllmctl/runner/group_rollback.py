@@ -121,14 +121,26 @@ def group_plan(
 
 
 def roll_back_groups(
-    inv: Inventory, groups: Sequence[GroupNodes], to: str | None, opts: GroupGateOptions, log: Log
+    inv: Inventory,
+    groups: Sequence[GroupNodes],
+    to: str | None,
+    opts: GroupGateOptions,
+    log: Log,
+    stopped: Callable[[], str] = str,
+    failed: Callable[[str, str], None] = lambda name, why: None,
 ) -> dict[str, dict[str, Any]]:
-    """One group after another, each as one group release under the host lock on all its nodes."""
+    """One group after another, each as one group release under the host lock on all its nodes, until the
+    rollout stops (`stopped` says why); each failed group is reported to `failed`."""
     done: dict[str, dict[str, Any]] = {}
     for group in groups:
+        if why := stopped():
+            done[group.group] = {"nodes": list(group.nodes), "ok": False, "reasons": [f"not started: {why}"]}
+            continue
         try:
             outcome = roll_back_group(inv, group.group, group.model, group.nodes, to, opts, log)
             done[group.group] = {"nodes": list(group.nodes), **outcome.to_json()}
         except VllmctlError as exc:
             done[group.group] = {"nodes": list(group.nodes), "ok": False, "reasons": [exc.render()]}
+        if not done[group.group].get("ok", True):
+            failed(f"group {group.group}", "; ".join(done[group.group].get("reasons", [])) or "failed")
     return done

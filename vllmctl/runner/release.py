@@ -20,6 +20,7 @@ from vllmctl.ops.release import (
     journal_tail_command,
     mark_healthy,
     prune_releases,
+    reinstall_units,
 )
 from vllmctl.ops.release import record_verdict as verdict_step
 from vllmctl.releases.gate import (
@@ -179,6 +180,17 @@ def activate(remote: Remote, ctx: HostContext, manifest: Manifest, opts: GateOpt
         run_step(remote, host, mark_healthy(manifest.units), opts.command_timeout_s)
         run_step(remote, host, _pointer("known-good", manifest.id), opts.command_timeout_s)
     return verdict
+
+
+def keep_current(ctx: HostContext, remote: Remote, timeout_s: float) -> str:
+    """A host the rollout held back: the units of the release it serves are put back in place (apply may
+    have written new ones already), so a crash restarts what served; returns what the host is left on."""
+    state = read_releases(remote, ctx.host.name, timeout_s)
+    current = state.get(state.current)
+    if current is None or current.manifest is None:
+        return "no release recorded yet"
+    run_step(remote, ctx.host.name, reinstall_units(current.manifest), timeout_s)
+    return f"release {current.id}"
 
 
 def env_files(manifest: Manifest) -> dict[str, str]:

@@ -45,6 +45,7 @@ class HostResult:
     elapsed_s: float = 0.0
     release: dict[str, Any] = field(default_factory=dict)  # the release gate's outcome, when it ran
     gateway: list[dict[str, Any]] = field(default_factory=list)  # drained / ready in the gateway, in order
+    rollout: list[dict[str, Any]] = field(default_factory=list)  # taken out / held back / put back
 
     def count(self, status: StepStatus) -> int:
         return sum(1 for step in self.steps if step.status == status)
@@ -71,6 +72,7 @@ class HostResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "release": self.release or None,
             "gateway": self.gateway or None,
+            "rollout": self.rollout or None,
             "steps": [step.to_json() for step in self.steps],
         }
 
@@ -84,7 +86,9 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        return any(h.status in ("failed", "unreachable") for h in self.hosts.values()) or bool(self.aborted)
+        """Also a host left as it was (skipped): the fleet did not converge."""
+        statuses = ("failed", "unreachable", "skipped")
+        return any(h.status in statuses for h in self.hosts.values()) or bool(self.aborted)
 
     @property
     def changed(self) -> int:

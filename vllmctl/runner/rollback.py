@@ -13,15 +13,24 @@ from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group_history import GroupSelection
 from vllmctl.releases.host import ReleaseError, rollback_target
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.engine_watch import wait_for_health
 from vllmctl.runner.fleet import fan_out, host_contexts, ssh_remote
-from vllmctl.runner.gateway import EngineGuard, GatewayControl, fleet_servers, ssh_gateway
+from vllmctl.runner.gateway import fleet_servers, ssh_gateway
 from vllmctl.runner.group_nodes import Connect, ssh_node
 from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
 from vllmctl.runner.history import RemoteFor, survey
 from vllmctl.runner.release import GateOptions, activate, audit_line, read_releases
 from vllmctl.runner.remote import Remote
+from vllmctl.runner.rollout import (
+    DEFAULT_WAIT_S,
+    EngineGuard,
+    Probe,
+    RolloutGuard,
+    probe_health,
+    rollout_guard,
+)
 from vllmctl.tasks.desired import HostContext
 
 Log = Callable[[str], None]
@@ -60,7 +69,10 @@ class RollbackOptions:
     health: HealthCheck = wait_for_health
     remote_for: RemoteFor = ssh_remote
     connect: Connect = ssh_node  # a group node's connection
-    guard: EngineGuard | None = None  # the gateway: each host drained before its engines stop
+    guard: EngineGuard | None = None  # the rollout: asked before each host's engines stop (drains it)
+    max_fail: MaxFail = field(default_factory=MaxFail)
+    wait_available: float = DEFAULT_WAIT_S
+    probe: Probe = probe_health  # does a replica serve, for models not behind the gateway
 
 
 @dataclass
@@ -110,15 +122,26 @@ def roll_back_fleet(
     contexts: Mapping[str, HostContext], opts: RollbackOptions, gate: GateOptions
 ) -> list[HostRollback]:
     def one(name: str) -> HostRollback:
-        remote = opts.remote_for(contexts[name])
-        if opts.guard is not None:
-            opts.guard.drain(name)
+        guard = opts.guard
+        refusal = guard.take_out(name) if guard is not None else ""
+        if refusal:
+            return HostRollback(name, False, reasons=(f"not rolled back: {refusal}",))
+        outcome: HostRollback | None = None
+        lost = ""
         try:
-            return roll_back_host(contexts[name], remote, gate, opts.to, opts.break_lock)
+            remote = opts.remote_for(contexts[name])
+            try:
+                outcome = roll_back_host(contexts[name], remote, gate, opts.to, opts.break_lock)
+            finally:
+                remote.close()
         finally:
-            remote.close()
-            if opts.guard is not None:
-                opts.guard.ready(name)
+            if guard is not None:
+                failure = "rollback did not finish" if outcome is None else ""
+                if outcome is not None and not outcome.ok:
+                    failure = "; ".join(outcome.reasons) or "rollback failed"
+                lost = guard.put_back(name, failure)
+        assert outcome is not None  # roll_back_host raised otherwise
+        return replace(outcome, ok=False, reasons=(*outcome.reasons, lost)) if lost else outcome
 
     done = fan_out(list(contexts), one, opts.forks)
     return [
@@ -145,13 +168,14 @@ def rollback(
     log(f"rolling back {len(contexts)} host(s) and {len(selection.groups)} multi-node group(s)")
     for host, why in selection.covered.items():
         log(f"{host}: {why}")
-    guard = opts.guard
-    if guard is None and inv.gateway is not None:
-        guard = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s, discover=True)
+    guard: EngineGuard | None = opts.guard
+    if guard is None:
+        gateway = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s, discover=True)
+        guard = rollout_guard(inv, {}, len(contexts), opts.max_fail, gateway, opts.wait_available, opts.probe)
     try:
         hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
     finally:
-        if isinstance(guard, GatewayControl):
+        if isinstance(guard, RolloutGuard) and guard is not opts.guard:
             guard.close()
     group_opts = GroupGateOptions(
         owner=opts.owner,
@@ -162,7 +186,9 @@ def rollback(
         api_keys=opts.api_keys,
         connect=opts.connect,
     )
-    groups = roll_back_groups(inv, selection.groups, opts.to, group_opts, log)
+    groups = roll_back_groups(
+        inv, selection.groups, opts.to, group_opts, log, lambda: guard.stopped, guard.fail
+    )
     return RollbackRun(True, groups=groups, hosts=hosts, covered=selection.covered, problems=problems)
 
 

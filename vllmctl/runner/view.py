@@ -77,8 +77,11 @@ def show_failures(ui: Ui, result: RunResult) -> None:
             for step in host.steps:
                 if step.stderr_tail:
                     ui.info(f"  stderr tail of {step.step.op} {step.step.target}:\n{step.stderr_tail}")
+    held = {name: host.error for name, host in result.hosts.items() if host.status == "skipped"}
     if result.aborted:
         ui.error(f"stopped: {result.aborted}")
+    if held:
+        ui.warn("left as they were:\n" + "\n".join(f"  {name}: {why}" for name, why in held.items()))
 
 
 RECAP_COLUMNS = ("host", "ok", "changed", "failed", "unreachable", "skipped", "time")

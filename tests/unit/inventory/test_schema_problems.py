@@ -47,7 +47,8 @@ def test_unknown_keys_get_did_you_mean(problems: Problems) -> None:
         "  hint: did you mean 'max_model_len'?",
         "inv.yml:6:59: models.m.zzz: unknown key 'zzz'\n  hint: allowed keys here: "
         "adapters, allow_context_shrink, engine, "
-        "engine_args, hosts, max_model_len, multimodal, port, profile, revision, sampling, slo, source, "
+        "engine_args, hosts, max_model_len, min_available, multimodal, port, profile, revision, sampling, "
+        "slo, source, "
         "speculative, tight_fit, use_case, workload",
     ]
 

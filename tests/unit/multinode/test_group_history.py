@@ -21,6 +21,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group import GroupManifest
 from vllmctl.releases.group_history import GroupNodes, group_history_rows, select_groups
 from vllmctl.releases.host import HostReleases, Release
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import group_rollback
 from vllmctl.tasks.desired import HostContext
 
@@ -154,6 +155,8 @@ def _args(path: Path, **kw: Any) -> argparse.Namespace:
         "break_lock": False,
         "json": True,
         "timeout": 10.0,
+        "max_fail": MaxFail(),
+        "wait_available": 1.0,
     }
     return argparse.Namespace(**(base | kw))
 

@@ -20,6 +20,7 @@ from vllmctl.console import Ui
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest, ReleaseError
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import history as history_flow
 from vllmctl.runner.release import GateOptions, read_releases
 from vllmctl.runner.rollback import roll_back_host
@@ -149,6 +150,8 @@ def _args(**kw: object) -> argparse.Namespace:
         "break_lock": False,
         "json": True,
         "timeout": 10.0,
+        "max_fail": MaxFail(),
+        "wait_available": 1.0,
     }
     return argparse.Namespace(**(base | kw))
 
@@ -180,3 +183,19 @@ def test_commands_plan_without_yes_and_history_lists_in_order(
     table = out.getvalue()
     assert table.index("r1") < table.index("r2") and "SLO miss" in table and "known-good" in table
     assert "gpu1: current release r2 failed its gate" in err.getvalue()
+
+
+def test_a_held_back_host_gets_its_serving_release_units_back_and_nothing_restarts(host: LocalRemote) -> None:
+    from vllmctl.runner.release import keep_current
+
+    assert keep_current(_ctx(), host, 10) == "no release recorded yet"
+    deploy(host, _release("r1", "--max-num-seqs 8"), passed=True)
+    unit = host.local(f"/etc/systemd/system/{UNIT}")
+    unit.write_text("[Service]\nExecStart=vllm serve --bogus\n")  # apply's models phase wrote the new one
+    before = len(host.calls())
+    assert keep_current(_ctx(), host, 10) == "release r1"
+    assert "--max-num-seqs 8" in unit.read_text() and "--bogus" not in unit.read_text()
+    done = host.calls()[before:]
+    assert done[-1] == "systemctl daemon-reload"
+    assert not any(c.startswith(("systemctl stop", "systemctl start", "systemctl restart")) for c in done)
+    assert read_releases(host, "gpu1", 10).current == "r1"

@@ -1,5 +1,5 @@
-"""The runner with the release gate as its after-host hook: the gate runs under the host lock, a failed
-canary batch stops the rollout, and the host's result carries the gate's outcome."""
+"""The runner with the release gate as its after-host hook: the gate runs under the host lock, a host whose
+release fails stops the rollout (--max-fail 0), and the host's result carries the gate's outcome."""
 
 from __future__ import annotations
 
@@ -7,18 +7,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 from gate_flow import VENV, apply_units, health, opts
 from local_remote import LocalRemote
 
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
+from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner.execute import RunOptions, run_playbook
 from vllmctl.runner.release import gate_host, read_releases
+from vllmctl.runner.rollout import rollout_guard
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Phase, Playbook
-
-if "after_host" not in RunOptions.__dataclass_fields__:
-    pytest.skip("the runner's after_host hook is not merged yet", allow_module_level=True)
 
 PLAYBOOK = Playbook("site", "site.yml", (Phase("services", ()),), serial=1)
 
@@ -50,11 +48,12 @@ def run(setup: dict[str, Any], second: int) -> Any:
         apply_units(remote, c)  # what the playbook's services phase did on this host
         return gate_host(c, remote, lock, replace(gate_opts, health=health(remote)), failure).to_json()
 
-    options = RunOptions(forks=2, lock_owner="test", after_host=after_host)  # type: ignore[call-arg,unused-ignore]
+    guard = rollout_guard(contexts["a"].inventory, {}, len(contexts), MaxFail(), None, probe=lambda r: False)
+    options = RunOptions(forks=2, lock_owner="test", after_host=after_host, guard=guard)
     return run_playbook(PLAYBOOK, contexts, lambda c: remotes[c.host.name], options, lambda: 0.0)
 
 
-def test_gate_runs_under_the_lock_and_a_failed_canary_stops_the_rollout(tmp_path: Path) -> None:
+def test_gate_runs_under_the_lock_and_a_failed_release_stops_the_rollout(tmp_path: Path) -> None:
     good = fleet(tmp_path, ["a", "b"], {"max_num_seqs": 8})
     first = run(good, 1)
     assert not first.failed
@@ -67,7 +66,8 @@ def test_gate_runs_under_the_lock_and_a_failed_canary_stops_the_rollout(tmp_path
     a, b = second.hosts["a"], second.hosts["b"]
     assert a.status == "failed" and a.release["status"] == "rolled_back"
     assert "--bogus" in a.hint
-    assert b.status == "skipped" and "batch 1" in second.aborted
+    assert b.status == "skipped" and "the rollout stopped: 1 failed (a)" in second.aborted
+    assert b.error.startswith("not started: the rollout stopped")
     assert read_releases(good["remotes"]["a"], "a", 10).current == first.hosts["a"].release["release"]
     assert "--bogus" not in good["remotes"]["b"].local("/etc/systemd/system/vllmctl-m-0.service").read_text()
 
