@@ -1,6 +1,7 @@
 """Typed model architecture parsed from a Hugging Face `config.json`, and its parameter count.
 
-Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS), MoE (Qwen3-MoE, DeepSeek, gpt-oss), MLA and sliding window.
+Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS, Gemma 3), MoE (Qwen3-MoE, DeepSeek, gpt-oss), MLA and
+sliding window; what a config leaves out takes its transformers class's default (class_defaults.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from vllmctl.catalog.class_defaults import with_class_defaults
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
 from vllmctl.errors import InputError
 
@@ -31,7 +33,8 @@ class VisionConfig:
     gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL) rather than fc1/fc2 (CLIP, SigLIP)
     max_patches: int = 576  # patches of the largest image the processor emits
     deepstack: int = 0  # Qwen3-VL: extra mergers whose outputs travel with the main one into the decoder
-    position_embeddings: int = 0  # learned patch position embeddings (Qwen3-VL)
+    position_embeddings: int = 0  # learned patch position embeddings (Qwen3-VL, SigLIP)
+    linear_projector: bool = False  # Gemma 3: one vision hidden → text hidden matrix (and a norm), not split
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class ModelArch:
     vision: VisionConfig | None = None
     architecture: str = ""  # the config's first `architectures` entry, e.g. LlamaForCausalLM
     mtp_layers: int = 0  # num_nextn_predict_layers: the multi-token-prediction layers `method: mtp` loads
+    # Positions of each rotary cos/sin cache where the model builds more than one or sizes it otherwise than
+    # max_position_embeddings (Gemma 3: a local and a global rope, the global one x its linear factor).
+    rope_positions: tuple[int, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -126,8 +132,34 @@ def _derived_max_len(config: dict[str, Any]) -> int:
     return length
 
 
+def _layer_types(config: dict[str, Any], layers: int) -> tuple[str, ...]:
+    """The config's layer_types, else the ones its class derives from sliding_window_pattern (Gemma 2/3:
+    every pattern-th layer full, the rest sliding)."""
+    layer_types = tuple(str(t) for t in config.get("layer_types") or ())
+    pattern = _int(config, "sliding_window_pattern")
+    if not layer_types and pattern > 1 and config.get("sliding_window"):
+        layer_types = tuple(
+            "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)
+        )
+    return layer_types if len(layer_types) == layers else ()
+
+
+def _rope_positions(config: dict[str, Any]) -> tuple[int, ...]:
+    """vLLM's gemma3.py builds a local rope (rope_local_base_freq, unscaled) and a global one (rope_theta,
+    rope_scaling); a linear scaling's cache holds max_position_embeddings x factor positions."""
+    if not str(config.get("model_type", "")).startswith("gemma3"):
+        return ()
+    positions = _int(config, "max_position_embeddings", default=131072)
+    scaling = config.get("rope_scaling")
+    factor = 1.0
+    if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "linear":
+        factor = float(scaling.get("factor", 1.0))
+    return (positions, int(positions * factor))
+
+
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
+    config = with_class_defaults(config)
     vision = _vision(config)
     architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
@@ -148,9 +180,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     sliding = 0
     if config.get("sliding_window") and config.get("use_sliding_window", True):
         sliding = _int(config, "sliding_window")
-    layer_types = tuple(str(t) for t in config.get("layer_types") or ())
-    if layer_types and len(layer_types) != layers:
-        layer_types = ()
+    layer_types = _layer_types(config, layers)
     return ModelArch(
         name=name,
         model_type=str(config.get("model_type", "unknown")),
@@ -189,6 +219,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         vision=vision,
         architecture=architecture,
         mtp_layers=_int(config, "num_nextn_predict_layers"),
+        rope_positions=_rope_positions(config),
     )
 
 
@@ -215,7 +246,13 @@ def _vision(config: dict[str, Any]) -> VisionConfig | None:
         max_patches, gated = QWEN3_VL_MAX_PIXELS // (patch * patch), False
     else:
         side = _int(raw, "image_size", default=336) // patch
-        max_patches, gated = side * side + 1, False  # CLIP/SigLIP: one fixed size plus the class token
+        siglip = str(raw.get("model_type", "")).startswith("siglip")
+        max_patches, gated = side * side + (0 if siglip else 1), False  # one size (+ CLIP's class token)
+    gemma3 = model_type == "gemma3"
+    # Gemma 3 pools the patches to mm_tokens_per_image tokens: a merge of (patches / tokens) ** 0.5 per side.
+    tokens = _int(config, "mm_tokens_per_image") if gemma3 else 0
+    merge = round((max_patches / tokens) ** 0.5) if tokens else _int(raw, "spatial_merge_size", default=1)
+    positions = _int(raw, "num_position_embeddings", default=max_patches if gemma3 else 0)
     return VisionConfig(
         depth=_int(raw, "depth", "num_hidden_layers"),
         hidden_size=hidden,
@@ -223,13 +260,14 @@ def _vision(config: dict[str, Any]) -> VisionConfig | None:
         num_heads=_int(raw, "num_heads", "num_attention_heads", default=16),
         patch_size=patch,
         out_hidden_size=_int(raw, "out_hidden_size", default=_int(text, "hidden_size")),
-        spatial_merge_size=_int(raw, "spatial_merge_size", default=1),
+        spatial_merge_size=merge,
         temporal_patch_size=_int(raw, "temporal_patch_size", default=1),
         in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
         gated_mlp=gated,
         max_patches=max_patches,
         deepstack=len(raw.get("deepstack_visual_indexes") or ()),
-        position_embeddings=_int(raw, "num_position_embeddings"),
+        position_embeddings=positions,
+        linear_projector=gemma3,
     )
 
 

@@ -135,7 +135,7 @@ def stage_linears(
         layer_parts = [
             *_attention(arch, tp),
             *_mlp(arch, index, tp, ep, expert_pad, ep_ranks, extra_experts),
-            Linear("norm", arch.hidden_size, 1, count=2),
+            *_layer_norms(arch),
         ]
         parts += [replace(part, layer=index) for part in layer_parts]
     if head:
@@ -144,6 +144,13 @@ def stage_linears(
         if not (arch.tie_embeddings and embed):
             parts.append(Linear("lm_head", vocab, arch.hidden_size))
     return tuple(parts)
+
+
+def _layer_norms(arch: ModelArch) -> list[Linear]:
+    """Pre-attention and pre-MLP norms; Gemma 3 also norms after each (sandwich) and normalises q and k."""
+    if arch.model_type.startswith("gemma3"):
+        return [Linear("norm", arch.hidden_size, 1, count=4), Linear("norm", arch.head_dim, 1, count=2)]
+    return [Linear("norm", arch.hidden_size, 1, count=2)]
 
 
 def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:

@@ -31,6 +31,8 @@ def encoder_params_per_rank(arch: ModelArch, tp: int) -> int:
     patch_embed = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2 * d
     patch_embed += vision.position_embeddings * d
     merged = d * vision.spatial_merge_size**2
+    if vision.linear_projector:  # Gemma 3: pooled patches, a norm and one replicated matrix (a Parameter)
+        return vision.depth * block + patch_embed + d * vision.out_hidden_size + d
     if vision.spatial_merge_size > 1:  # Qwen2-VL merger: norm, merged→merged, merged→text hidden
         projector = merged * merged + merged * vision.out_hidden_size + d
     else:  # LLaVA projector: vision hidden→text hidden→text hidden

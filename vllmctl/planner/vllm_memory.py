@@ -26,7 +26,7 @@ from vllmctl.planner.versions import (
     Version,
     cudagraph_capture_sizes,
 )
-from vllmctl.planner.weights import expert_padding, rope_cache_bytes, stage_weight_bytes
+from vllmctl.planner.weights import expert_padding, rope_cache_tensors, stage_weight_bytes
 
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
 NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run (0.10 logs: 0.06-0.07 GiB)
@@ -182,7 +182,8 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     weights_per_stage = stage_weight_bytes(*shape, max_split=max_split)
     blocks_per_stage = [a - b for a, b in zip(weights_per_stage, stage_weight_bytes(*shape), strict=True)]
     stages = pipeline_stages(arch.num_layers, settings.pp)
-    extra = side_weight_bytes(arch, settings) + allocated_block_bytes(rope_cache_bytes(arch), max_split)
+    ropes = sum(allocated_block_bytes(t, max_split) for t in rope_cache_tensors(arch))
+    extra = side_weight_bytes(arch, settings) + ropes
     weights_per_stage = tuple(w + extra for w in weights_per_stage)
     encoder = encoder_memory(
         arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items

@@ -72,14 +72,16 @@ def linear_bytes(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> f
 ROPE_IN_FLOAT32 = frozenset({"gpt_oss"})  # models/gpt_oss.py builds its YaRN rope with dtype=torch.float32
 
 
-def rope_cache_bytes(arch: ModelArch) -> float:
-    """The rotary embedding's cos/sin cache, a buffer of every GPU's model in the model dtype, one per rope
+def rope_cache_tensors(arch: ModelArch) -> tuple[float, ...]:
+    """The rotary embeddings' cos/sin caches, buffers of every GPU's model in the model dtype, one per rope
     configuration (rotary_embedding get_rope caches the instance): positions (the derived length: YaRN's
-    original length x factor, Llama 3's own) x rotary dim. Logged loads match to 0.01 %: Llama-3.1-8B 0.031
-    GiB above its parameters, Qwen3-0.6B 0.0098."""
+    original length x factor, Llama 3's own; Gemma 3's two ropes their own) x rotary dim. Logged loads match
+    to 0.01 %: Llama-3.1-8B 0.031 GiB above its parameters, Qwen3-0.6B 0.0098; gemma-3-4b-it 0.5625 (its
+    global rope's 131,072 x 8 positions)."""
     dim = arch.qk_rope_head_dim if arch.is_mla else arch.head_dim
     dtype_bytes = 4 if arch.model_type in ROPE_IN_FLOAT32 else arch.dtype_bytes
-    return float(arch.max_position_embeddings * dim * dtype_bytes)
+    positions = arch.rope_positions or (arch.max_position_embeddings,)
+    return tuple(float(length * dim * dtype_bytes) for length in positions)
 
 
 @lru_cache(maxsize=4096)
