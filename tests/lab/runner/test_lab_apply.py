@@ -409,9 +409,9 @@ def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothi
     lab: dict[str, Any],
 ) -> None:
     """#19 on real hosts, the two spare ones (`--limit`; the shared real-engine deployment holds the first
-    two): a release, another, `vllmctl rollback`, a start the engine refuses (the gate rolls it back), an
-    apply killed mid-rollout and finished by the next; after each, `apply --check` of the inventory that
-    matches what serves exits 0."""
+    two): a release, another, `vllmctl rollback`, a start the engine refuses (the gate rolls the first host
+    back and the rollout stops before the other), an apply killed mid-rollout and finished by the next;
+    after each, `apply --check` of the inventory that matches what serves exits 0."""
     fleet: LabFleet = lab["fleet"]
     converge(lab)
     hosts = fleet.hosts[2:]
@@ -459,9 +459,17 @@ def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothi
             assert "--max-num-seqs 4" in sh(fleet, host, f"cat {UNIT_PATH}")
         serves_nothing_new(a)  # was exit 3: every engine restarted plus a health wait
 
+        # the first host's gate rolls it back and the rollout stops (#37): the other one is held back, its
+        # engine untouched and the units of the release it serves put back
         refused = engine_args_inventory(lab, "refused.yml", max_num_seqs=4, max_num_batched_tokens=2)
         code, doc, stderr = gated(refused)
-        assert code == 1 and {s for s, _ in releases(doc).values()} == {"rolled_back"}, stderr[-4000:]
+        status = {h.name: doc["hosts"][h.name]["status"] for h in hosts}
+        assert code == 1 and sorted(status.values()) == ["failed", "skipped"], stderr[-4000:]
+        (failed,) = [h for h in hosts if status[h.name] == "failed"]
+        (held,) = [h for h in hosts if status[h.name] == "skipped"]
+        assert doc["hosts"][failed.name]["release"]["status"] == "rolled_back"
+        assert doc["hosts"][held.name]["error"].startswith(f"the rollout stopped: 1 failed ({failed.name})")
+        assert "--max-num-seqs 4" in sh(fleet, held, f"cat {UNIT_PATH}")
         serves_nothing_new(a)
 
         killed = engine_args_inventory(lab, "killed.yml", max_num_seqs=6)
