@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
 
 from vllmctl.inventory.model import ClusterSpec, Inventory
 from vllmctl.releases.group import GroupManifest, GroupSpec, group_manifests
@@ -110,6 +113,29 @@ def test_a_group_cut_by_limit_or_a_failed_node_is_not_started_and_says_why(load:
     (broken,) = apply_groups(inv, plans, ["gpu-01", "gpu-02"], ["gpu-02"], opts, logged.append)
     assert (broken.status, broken.failed) == ("not_started", True)
     assert broken.to_json()["ok"] is False and logged == []
+
+
+def test_no_group_starts_once_the_rollout_stopped_and_a_failed_group_counts(
+    load: Load, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllmctl.releases.rollout import MaxFail, RolloutLedger
+    from vllmctl.runner import apply_groups as module
+    from vllmctl.runner.rollout import RolloutGuard
+
+    inv = load(INVENTORY)
+    plans = group_plans(inv, None, *load_model_archs(inv, online=False))
+    guard = RolloutGuard([], {}, RolloutLedger(MaxFail(), total=3))
+    guard.fail("gpu-03", "release r2: rolled_back")
+    opts = GroupApplyOptions(check=False, gate=GroupGateOptions(), guard=guard)
+    (held,) = apply_groups(inv, plans, ["gpu-01", "gpu-02"], [], opts, lambda line: None)
+    assert (held.status, held.failed) == ("skipped", False)
+    assert held.reasons == ("not started: the rollout stopped: 1 failed (gpu-03), more than --max-fail 0",)
+
+    failing = GroupRun("big-model", "big", ("gpu-01", "gpu-02"), "rolled_back", "R2", ("unhealthy",), "R1")
+    monkeypatch.setattr(module, "_one", lambda *args: failing)
+    guard = RolloutGuard([], {}, RolloutLedger(MaxFail(1), total=3))
+    (ran,) = apply_groups(inv, plans, ["gpu-01", "gpu-02"], [], replace(opts, guard=guard), lambda line: None)
+    assert ran is failing and guard.ledger.failed == {"group big": "rolled_back"}
 
 
 def test_the_summary_names_group_model_nodes_release_and_rollback() -> None:
