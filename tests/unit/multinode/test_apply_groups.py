@@ -159,3 +159,20 @@ def test_a_model_whose_plan_needs_several_plain_list_hosts_becomes_a_group_named
     assert (list(plans), plans["big-model"].pp, plans["big-model"].tp) == (["big-model"], 2, 8)
     fits = load("models:\n  small: {source: Qwen/Qwen3-8B, hosts: [gpu-01, gpu-02], port: 8100}\n")
     assert planned_inventory(fits) is fits  # one host holds it: a replica per host, as before
+
+
+def test_a_group_rollback_does_not_start_once_the_rollout_stopped(load: Load) -> None:
+    from vllmctl.releases.group_history import GroupNodes
+    from vllmctl.runner.group_rollback import roll_back_groups
+
+    def no_node(name: str) -> object:
+        raise AssertionError(f"{name} was connected to")
+
+    groups = [GroupNodes("big", "big-model", ("gpu-01", "gpu-02"))]
+    opts = GroupGateOptions(connect=no_node)  # type: ignore[arg-type]
+    done = roll_back_groups(
+        load(INVENTORY), groups, None, opts, lambda line: None, lambda: "the rollout stopped"
+    )
+    assert done == {
+        "big": {"nodes": ["gpu-01", "gpu-02"], "ok": False, "reasons": ["not started: the rollout stopped"]}
+    }
