@@ -150,7 +150,10 @@ def _media(arch: ModelArch, args: argparse.Namespace) -> int:
 
 def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text: str) -> Estimate:
     version = parse_version(version_text)
-    tokens, seqs = default_batch_limits(version, gpu)
+    max_model_len = args.max_model_len or arch.max_position_embeddings
+    tokens, seqs = default_batch_limits(
+        version, gpu, max_model_len=max_model_len, chunked_prefill=args.enable_chunked_prefill
+    )
     if args.max_num_batched_tokens is not None and args.max_num_seqs is None:
         seqs = min(seqs, args.max_num_batched_tokens)  # vLLM's own default (arg_utils._set_default_args)
     kv_bytes = parse_size(args.kv_cache_memory, "b", "--kv-cache-memory") if args.kv_cache_memory else None
@@ -158,7 +161,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
     settings = VllmSettings(
         version=version, tp=args.tp, pp=args.pp,
         gpu_memory_utilization=args.gpu_memory_utilization or default_gpu_memory_utilization(version),
-        max_model_len=args.max_model_len or arch.max_position_embeddings,
+        max_model_len=max_model_len,
         max_num_seqs=args.max_num_seqs or seqs, max_num_batched_tokens=args.max_num_batched_tokens or tokens,
         kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
         kv_cache_memory_bytes=int(kv_bytes) if kv_bytes else None, block_size=args.block_size,

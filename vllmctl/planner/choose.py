@@ -60,7 +60,10 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
     limits = _media_limits(arch, request, explicit)
     if limits.get("video") and not request.tight_fit:
         raise _video_unmodelled(arch)
-    tuning = profile_tuning(request.profile, version, gpu)
+    wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
+    chunked = explicit.get("enable_chunked_prefill")
+    chunked_flag = None if chunked is None else bool(chunked)
+    tuning = profile_tuning(request.profile, version, gpu, wanted_len, chunked_flag)
     media = sum(limits.values())
     start = base_settings(arch, gpu, version, explicit, request, tuning, media)
     reasons: list[Decision] = list(start.decisions)

@@ -237,3 +237,18 @@ def test_memory_saver_lowers_utilization_to_what_the_model_needs() -> None:
     assert util < 0.5
     assert plan.memory.max_concurrency >= 1
     assert plan.engine_args["max_num_seqs"] == 32
+
+
+def test_plan_inventory_on_v0_defaults_the_step_budget_to_max_model_len() -> None:
+    # vLLM 0.6.4 without chunked prefill schedules a whole prompt per step: max(max_model_len, 2048)
+    host = replace(_host("a", GpuSpec("RTX 3090", 1)), engine=EngineSpec(version="0.6.4"))
+    inv = Inventory(
+        path="fleet.yml",
+        hosts={"a": host},
+        groups={},
+        models={"m": ModelDeployment("m", "meta-llama/Llama-3.1-8B-Instruct", ("a",), max_model_len=20000)},
+    )
+    result = plan_inventory(inv)
+    assert result.ok, [e.error for e in result.failures()]
+    plan = result.entries[0].plan
+    assert plan is not None and plan.engine_args.get("max_num_batched_tokens", 20000) == 20000

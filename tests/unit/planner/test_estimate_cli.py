@@ -192,3 +192,13 @@ def test_weights_say_how_much_is_the_allocators_block_rounding(capsys: pytest.Ca
     assert "0.06 GiB of it the CUDA caching allocator's block rounding" in str(qwen["reasons"])
     assert llama["allocator_blocks_gib"] == 0.0
     assert "allocator" not in str(llama["reasons"])
+
+
+def test_v0_default_step_budget_holds_a_whole_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    # vllm#10517's command: 0.6.4 (V0, no chunked prefill below 32K) defaults to max(max_model_len, 2048)
+    data = run_json(
+        capsys, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 3090",
+        "--engine-version", "0.6.4", "--max-model-len", "20000",
+    )  # fmt: skip
+    assert data["fits"] is True
+    assert data["max_num_batched_tokens"] == 20000
