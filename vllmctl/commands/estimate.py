@@ -220,6 +220,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         ui.json(figures)
     else:
         _show(ui, arch, gpu, args, version, figures)
+    for warning in estimate.warnings:
+        ui.warn(warning)
     for refusal in refused:
         ui.error(refusal.render())
     if not figures["fits"] and not refused:

@@ -11,7 +11,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.params import total_params
 from vllmctl.planner.model_runner import runner_reason
-from vllmctl.planner.rules import Refusal
+from vllmctl.planner.rules import Refusal, unchecked_warnings
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.sglang_memory import SglangSettings, sglang_memory
@@ -29,6 +29,7 @@ class Estimate:
     flag_refusals: tuple[Refusal, ...] = ()
     model_refusals: tuple[Refusal, ...] = ()
     memory_refusals: tuple[Refusal, ...] = ()
+    warnings: tuple[str, ...] = ()  # rules the flags meet that could not be checked (a host figure unknown)
 
 
 def vllm_estimate(
@@ -84,7 +85,9 @@ def vllm_estimate(
         out["reasons"].append("--kv-cache-memory given: vLLM skips the memory budget and uses it as is")
     users = tuple(r for r in static if set(r.flags) & given)
     model = tuple(r for r in static if not set(r.flags) & given)
-    return Estimate(out, users, model, tuple(memory))
+    warnings = tuple(unchecked_warnings(settings, host, given))
+    out["warnings"] = list(warnings)
+    return Estimate(out, users, model, tuple(memory), warnings)
 
 
 def sglang_estimate(arch: ModelArch, gpu: GpuModel, settings: SglangSettings) -> Estimate:

@@ -202,3 +202,15 @@ def test_v0_default_step_budget_holds_a_whole_prompt(capsys: pytest.CaptureFixtu
     )  # fmt: skip
     assert data["fits"] is True
     assert data["max_num_batched_tokens"] == 20000
+
+
+def test_swap_space_without_host_memory_is_named_as_unchecked(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tp", "8")
+    argv += ("--swap-space", "400")
+    data = run_json(capsys, *argv)
+    [warning] = data["warnings"]  # type: ignore[misc]
+    assert warning.startswith("swap-space-within-host-memory could not be checked: host memory unknown")
+    assert run_json(capsys, *argv, "--host-memory", "8192GiB")["warnings"] == []
+    assert main(["estimate", *argv, "--host-memory", "1024GiB"]) == 2
+    assert "Too large swap space" in capsys.readouterr().err
+    assert run_json(capsys, *argv[:-2])["warnings"] == []  # the default 4 GiB per GPU is the planner's own
