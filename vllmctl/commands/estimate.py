@@ -111,6 +111,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="cold: the first start compiles its graphs (the default, what a new release meets); warm: a "
         "restart that loads them from torch.compile's cache",
     )
+    parser.add_argument(
+        "--mxfp4-backend",
+        choices=["auto", "marlin", "triton"],
+        default="auto",
+        help="the MXFP4 MoE kernels (gpt-oss): triton where triton_kernels is importable in the engine's "
+        "venv (the vllm/vllm-openai images), marlin where not (a pip install before 0.12); auto: by version",
+    )
     parser.add_argument("--kv-cache-memory", help="KV cache size in bytes or with a unit (skips profiling)")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
     parser.add_argument("--engine-version", help="e.g. 0.11.0 (vLLM default) or 0.5.2 (SGLang default)")
@@ -139,6 +146,7 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
     """vLLM flag names the user set on the command line (the GPU's description is not a flag)."""
     names = {k for k, v in vars(args).items() if v is not None and _UNSET.get(k) != v}
     names -= {"compute_capability", "gpu", "gpu_memory", "model", "engine", "engine_version", "json", "func"}
+    names -= {"mxfp4_backend"}  # the venv's kernels, not a vLLM flag
     return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {ENGINE_RELEASE_FLAG}
 
 
@@ -171,7 +179,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
         swap_space_gib=DEFAULT_SWAP_SPACE_GIB if args.swap_space is None else args.swap_space,
         enable_chunked_prefill=args.enable_chunked_prefill,
         allow_long_max_model_len=args.allow_long_max_model_len, model_runner=args.model_runner,
-        compile_cache=args.compile_cache,
+        compile_cache=args.compile_cache, mxfp4_backend=args.mxfp4_backend,
     )  # fmt: skip
     host = HostResources(
         ram_gib=parse_size(args.host_memory, "gib", "--host-memory") / GIB if args.host_memory else None,

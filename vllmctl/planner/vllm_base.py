@@ -17,7 +17,7 @@ from vllmctl.planner.rules.quantized import ACT_DTYPES, effective_method
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentRequest
-from vllmctl.planner.versions import Version, default_gpu_memory_utilization
+from vllmctl.planner.versions import Version, default_gpu_memory_utilization, parse_version
 
 SWAP_SPACE_UNTIL: Version = (0, 18, 0)  # CacheConfig.swap_space is gone in 0.18.0 (0.17.0 has it)
 
@@ -113,8 +113,15 @@ def base_settings(
         model_runner=request.model_runner,
         lora=lora,
         speculative=speculative_settings(explicit, request),
+        mxfp4_backend=mxfp4_backend(request),
     )
     return Start(settings, tuple(decisions))
+
+
+def mxfp4_backend(request: DeploymentRequest) -> str:
+    """Triton where the host's venv of this release has triton_kernels (facts); else the version's default."""
+    version = parse_version(request.engine_version)
+    return "triton" if any(parse_version(v) == version for v in request.host.triton_kernels) else "auto"
 
 
 def planned_swap_space(settings: VllmSettings, explicit: dict[str, Any], ram_gib: float | None) -> float:

@@ -214,3 +214,14 @@ def test_swap_space_without_host_memory_is_named_as_unchecked(capsys: pytest.Cap
     assert main(["estimate", *argv, "--host-memory", "1024GiB"]) == 2
     assert "Too large swap space" in capsys.readouterr().err
     assert run_json(capsys, *argv[:-2])["warnings"] == []  # the default 4 GiB per GPU is the planner's own
+
+
+def test_the_mxfp4_backend_flag_says_which_kernels_the_venv_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # gpt-oss-120b on one H100 at 0.11.0: 64.38 GiB logged from the vllm-openai image (triton_kernels, llm-d),
+    # 65.97 from a pip install (Marlin, vllm#23278)
+    argv = ("--model", "openai/gpt-oss-120b", "--gpu", "H100-80GB", "--max-model-len", "16000")
+    marlin = run_json(capsys, *argv, code=1)["weights_gib"]
+    triton = run_json(capsys, *argv, "--mxfp4-backend", "triton", code=1)["weights_gib"]
+    assert marlin == pytest.approx(65.96, abs=0.01) and triton == pytest.approx(64.61, abs=0.01)
+    assert abs(triton - 64.38) / 64.38 < 0.005
+    assert run_json(capsys, *argv, "--mxfp4-backend", "marlin", code=1)["weights_gib"] == marlin

@@ -20,6 +20,7 @@ class HostResources:
 
     ram_gib: float | None = None
     gpu_used_gib: float | None = None  # memory other processes already hold on each GPU
+    triton_kernels: tuple[str, ...] = ()  # vLLM versions whose venv on the host has triton_kernels
 
 
 @dataclass(frozen=True)
