@@ -20,6 +20,7 @@ from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
 from vllmctl.planner.estimate import Estimate, sglang_estimate, vllm_estimate
+from vllmctl.planner.multimodal import default_limits_unmodelled
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.rules.model import ENGINE_RELEASE_FLAG
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
@@ -92,7 +93,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu-memory-used", help="memory other processes already hold on each GPU, e.g. 2GiB"
     )
     parser.add_argument(
-        "--images-per-prompt", type=int, help="vision models: images the encoder is profiled with"
+        "--images-per-prompt",
+        type=int,
+        help="vision models: images the encoder is profiled with (vLLM's --limit-mm-per-prompt; default 1, "
+        "but video models need it or --videos-per-prompt: vLLM's default limits profile a video)",
     )
     parser.add_argument("--videos-per-prompt", type=int, help="vision models: videos per prompt")
     parser.add_argument(
@@ -153,6 +157,9 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
 def _media(arch: ModelArch, args: argparse.Namespace) -> int:
     if arch.vision is None:
         return 0
+    unmodelled = default_limits_unmodelled(arch)
+    if unmodelled and args.images_per_prompt is None and args.videos_per_prompt is None:
+        raise unmodelled
     return (1 if args.images_per_prompt is None else args.images_per_prompt) + (args.videos_per_prompt or 0)
 
 

@@ -225,3 +225,22 @@ def test_the_mxfp4_backend_flag_says_which_kernels_the_venv_runs(capsys: pytest.
     assert marlin == pytest.approx(65.96, abs=0.01) and triton == pytest.approx(64.61, abs=0.01)
     assert abs(triton - 64.38) / 64.38 < 0.005
     assert run_json(capsys, *argv, "--mxfp4-backend", "marlin", code=1)["weights_gib"] == marlin
+
+
+def test_a_video_model_under_vllms_default_limits_is_refused_with_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the cited 0.11.0 start (search-index id 42514581982): no --limit-mm-per-prompt, so vLLM profiled one
+    # video and logged 2.31 GiB of KV; an image profile would promise 4.77 (+106 %)
+    argv = ["estimate", "--model", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--gpu", "RTX 3090", "--tp", "4"]
+    argv += ["--max-model-len", "65536", "--gpu-memory-utilization", "0.9", "--engine-version", "0.11.0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "vLLM's default limit_mm_per_prompt" in err and "video" in err
+    assert "--images-per-prompt N --videos-per-prompt 0" in err and "--limit-mm-per-prompt" in err
+    given = run_json(capsys, *argv[1:], "--images-per-prompt", "1")  # limits given: today's path
+    assert given["available_kv_cache_gib"] == pytest.approx(4.77, abs=0.01)
+    assert main(["estimate", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "H100-80GB"]) == 2
+    capsys.readouterr()
+    image_only = run_json(capsys, "--model", "google/gemma-3-4b-it", "--gpu", "H100-80GB")
+    assert image_only["fits"] is True  # no video modality: vLLM profiles images, as modelled
