@@ -273,3 +273,17 @@ def test_the_mxfp4_backend_follows_the_triton_kernels_the_hosts_venv_has() -> No
         assert plan_deployment(arch, H100, 2, asked).memory.weights_gib == pytest.approx(33.05, abs=0.01)
     assert weights["0.11.0"] == pytest.approx(32.35, abs=0.01)  # Triton, from the venv's triton_kernels
     assert weights["0.10.1.1"] == pytest.approx(33.05, abs=0.01)  # that venv has none: Marlin
+
+
+@pytest.mark.parametrize("profile", ["latency", "throughput", "memory-saver"])
+def test_a_profiles_step_budget_on_v0_still_holds_a_whole_prompt(profile: str) -> None:
+    # V0 without chunked prefill refuses a step budget below max_model_len; the profile's is the planner's own
+    arch = load_arch("meta-llama/Llama-3.1-8B-Instruct")
+    request = DeploymentRequest(engine_version="0.6.4", max_model_len=20000, profile=profile)
+    a100 = lookup_gpu("A100-80GB")
+    plan = plan_deployment(arch, a100, 1, request)
+    assert plan.engine_args["max_num_batched_tokens"] == 20000
+    reason = plan.reason_for("max_num_batched_tokens")
+    assert reason is not None and "whole prompt per step" in reason.reason
+    chunked = replace(request, engine_args={"enable_chunked_prefill": True})
+    assert plan_deployment(arch, a100, 1, chunked).engine_args["max_num_batched_tokens"] < 20000
