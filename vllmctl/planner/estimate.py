@@ -18,6 +18,7 @@ from vllmctl.planner.sglang_memory import SglangSettings, sglang_memory
 from vllmctl.planner.vllm_base import with_explicit_quantization
 from vllmctl.planner.vllm_guard import MEMORY_RULES, Guard
 from vllmctl.planner.vllm_memory import vllm_memory
+from vllmctl.planner.weights import expert_padding
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ def vllm_estimate(
         f"blocks = {mem.kv_cache_tokens:,} tokens, {mem.max_concurrency:.2f}x requests of "
         f"{mem.max_model_len:,}",
     ]
+    pad = expert_padding(arch, gpu.compute_capability, settings.version, settings.mxfp4_backend)
+    if pad != (1, 1):
+        kernels = {(128, 256): "Marlin", (256, 256): "FlashInfer"}.get(pad, "Triton (triton_kernels)")
+        out["reasons"].append(
+            f"MXFP4 experts padded to {pad} for the {kernels} MoE kernels (backend {settings.mxfp4_backend})"
+        )
     if settings.kv_cache_memory_bytes:
         out["reasons"].append("--kv-cache-memory given: vLLM skips the memory budget and uses it as is")
     users = tuple(r for r in static if set(r.flags) & given)

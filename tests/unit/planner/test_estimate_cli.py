@@ -224,6 +224,8 @@ def test_the_mxfp4_backend_flag_says_which_kernels_the_venv_runs(capsys: pytest.
     triton = run_json(capsys, *argv, "--mxfp4-backend", "triton", code=1)["weights_gib"]
     assert marlin == pytest.approx(65.96, abs=0.01) and triton == pytest.approx(64.61, abs=0.01)
     assert abs(triton - 64.38) / 64.38 < 0.005
+    said = run_json(capsys, *argv, "--mxfp4-backend", "triton", code=1)["reasons"]
+    assert any("padded to (64, 256) for the Triton" in r for r in said)  # type: ignore[union-attr]
     assert run_json(capsys, *argv, "--mxfp4-backend", "marlin", code=1)["weights_gib"] == marlin
 
 
