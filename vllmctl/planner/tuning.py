@@ -44,8 +44,17 @@ class Tuning:
     why_seqs: str
 
 
-def profile_tuning(profile: str, version: tuple[int, int, int], gpu: GpuModel) -> Tuning:
-    default_tokens, default_seqs = default_batch_limits(version, gpu)
+def profile_tuning(
+    profile: str,
+    version: tuple[int, int, int],
+    gpu: GpuModel,
+    max_model_len: int = 0,
+    chunked_prefill: bool | None = None,
+) -> Tuning:
+    # V0 without chunked prefill defaults to max(max_model_len, 2048): the length must be known here
+    default_tokens, default_seqs = default_batch_limits(
+        version, gpu, max_model_len=max_model_len, chunked_prefill=chunked_prefill
+    )
     large = default_tokens >= 8192
     if profile == "throughput":
         tokens = 16384 if large else 8192

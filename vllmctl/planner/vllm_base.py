@@ -17,7 +17,13 @@ from vllmctl.planner.rules.quantized import ACT_DTYPES, effective_method
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.tuning import Tuning
 from vllmctl.planner.types import Decision, DeploymentRequest
-from vllmctl.planner.versions import Version, default_gpu_memory_utilization
+from vllmctl.planner.versions import (
+    V1_DEFAULT_SINCE,
+    Version,
+    default_gpu_memory_utilization,
+    parse_version,
+    v0_chunked_prefill,
+)
 
 SWAP_SPACE_UNTIL: Version = (0, 18, 0)  # CacheConfig.swap_space is gone in 0.18.0 (0.17.0 has it)
 
@@ -66,6 +72,14 @@ def _dtype(arch: ModelArch, gpu: GpuModel, explicit: dict[str, Any], cc: int) ->
     return "auto", None
 
 
+def _whole_prompts(version: Version, explicit: dict[str, Any], max_model_len: int) -> bool:
+    """The V0 engine without chunked prefill: every prompt must fit one step (batched-tokens rule)."""
+    chunked = explicit.get("enable_chunked_prefill")
+    return version < V1_DEFAULT_SINCE and not (
+        v0_chunked_prefill(max_model_len) if chunked is None else chunked
+    )
+
+
 def base_settings(
     arch: ModelArch, gpu: GpuModel, version: Version, explicit: dict[str, Any], request: DeploymentRequest,
     tuning: Tuning, mm_items: int,
@@ -76,6 +90,15 @@ def base_settings(
     decisions = [dtype_decision] if dtype_decision else []
     tokens = int(explicit.get("max_num_batched_tokens", tuning.max_num_batched_tokens))
     seqs = int(explicit.get("max_num_seqs", tuning.max_num_seqs))
+    wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
+    if (
+        "max_num_batched_tokens" not in explicit
+        and tokens < wanted_len
+        and _whole_prompts(version, explicit, wanted_len)
+    ):
+        why = "V0 without chunked prefill schedules a whole prompt per step: at least max_model_len"
+        decisions.append(Decision("max_num_batched_tokens", wanted_len, why))
+        tokens = wanted_len
     if "max_num_seqs" not in explicit and seqs > tokens:
         decisions.append(Decision("max_num_seqs", tokens, f"at most max_num_batched_tokens ({tokens})"))
         seqs = tokens
@@ -83,7 +106,6 @@ def base_settings(
         why = f"at least max_num_seqs ({seqs}): every scheduled sequence needs a token of the step"
         decisions.append(Decision("max_num_batched_tokens", seqs, why))
         tokens = seqs
-    wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
     lora, lora_decisions = lora_settings(explicit, request)
     decisions += lora_decisions
     settings = VllmSettings(
@@ -113,8 +135,15 @@ def base_settings(
         model_runner=request.model_runner,
         lora=lora,
         speculative=speculative_settings(explicit, request),
+        mxfp4_backend=mxfp4_backend(request),
     )
     return Start(settings, tuple(decisions))
+
+
+def mxfp4_backend(request: DeploymentRequest) -> str:
+    """Triton where the host's venv of this release has triton_kernels (facts); else the version's default."""
+    version = parse_version(request.engine_version)
+    return "triton" if any(parse_version(v) == version for v in request.host.triton_kernels) else "auto"
 
 
 def planned_swap_space(settings: VllmSettings, explicit: dict[str, Any], ram_gib: float | None) -> float:

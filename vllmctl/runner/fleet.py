@@ -200,16 +200,24 @@ def gpu_facts_from(gathered: Mapping[str, Mapping[str, Any]], ui: Ui) -> dict[st
 
 
 def host_resources_from(gathered: Mapping[str, Mapping[str, Any]]) -> dict[str, HostResources]:
-    """Host memory and the GPU memory other processes hold, per host whose facts came back."""
+    """Host memory, the GPU memory other processes hold and the engine venvs with triton_kernels (the MXFP4
+    MoE backend), per host whose facts came back."""
     found: dict[str, HostResources] = {}
     for host, result in gathered.items():
         facts = result.get("facts", {})
         memory = (facts.get("resources") or {}).get("memory_mib")
         gpus = (facts.get("gpus") or {}).get("gpus") or []
         used = [g["memory_used_mib"] for g in gpus if isinstance(g.get("memory_used_mib"), int)]
+        venvs = (facts.get("engine_venvs") or {}).items()
+        triton = sorted(
+            str(v["version"])
+            for name, v in venvs
+            if v["engine"] == "vllm" and "triton-kernels" in v["installed"] and not name.endswith(".partial")
+        )
         found[host] = HostResources(
             ram_gib=memory / 1024 if isinstance(memory, int) else None,
             gpu_used_gib=max(used) / 1024 if used else None,
+            triton_kernels=tuple(triton),
         )
     return found
 

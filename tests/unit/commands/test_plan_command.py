@@ -96,3 +96,20 @@ def test_apply_refuses_it_before_touching_a_host(capsys: pytest.CaptureFixture[s
     assert cli.main(["apply", str(inventory), "--check", "--offline", "--yes"]) == 2
     err = capsys.readouterr().err
     assert "tensor_parallel_size: meta-llama/Llama-3.1-8B-Instruct: vLLM refuses to start" in err
+
+
+def test_offline_plan_names_the_swap_space_rule_it_could_not_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # vLLM before 0.18 refuses swap_space x TP above 70 % of host memory; offline, host memory is unknown
+    inventory = tmp_path / "swap.yml"
+    inventory.write_text(
+        REFUSED_TP.replace("tensor_parallel_size: 3", "tensor_parallel_size: 8\n      swap_space: 400")
+    )
+    code, out = _plan_json(capsys, str(inventory))
+    assert code == 0
+    [entry] = out["entries"]  # type: ignore[misc]
+    [warning] = [w for w in entry["plan"]["warnings"] if "swap-space-within-host-memory" in w]
+    assert "could not be checked: host memory unknown" in warning
+    assert cli.main(["plan", str(inventory), "--offline"]) == 0
+    assert "swap-space-within-host-memory could not be checked" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import parse_version
 from vllmctl.planner.vllm_memory import vllm_memory
+from vllmctl.runner.fleet import host_resources_from
 
 H100 = lookup_gpu("H100-80GB")
 L4 = lookup_gpu("L4")
@@ -237,3 +239,51 @@ def test_memory_saver_lowers_utilization_to_what_the_model_needs() -> None:
     assert util < 0.5
     assert plan.memory.max_concurrency >= 1
     assert plan.engine_args["max_num_seqs"] == 32
+
+
+def test_plan_inventory_on_v0_defaults_the_step_budget_to_max_model_len() -> None:
+    # vLLM 0.6.4 without chunked prefill schedules a whole prompt per step: max(max_model_len, 2048)
+    host = replace(_host("a", GpuSpec("RTX 3090", 1)), engine=EngineSpec(version="0.6.4"))
+    inv = Inventory(
+        path="fleet.yml",
+        hosts={"a": host},
+        groups={},
+        models={"m": ModelDeployment("m", "meta-llama/Llama-3.1-8B-Instruct", ("a",), max_model_len=20000)},
+    )
+    result = plan_inventory(inv)
+    assert result.ok, [e.error for e in result.failures()]
+    plan = result.entries[0].plan
+    assert plan is not None and plan.engine_args.get("max_num_batched_tokens", 20000) == 20000
+
+
+def test_the_mxfp4_backend_follows_the_triton_kernels_the_hosts_venv_has() -> None:
+    # Triton pads Hopper experts (64, 256), Marlin (128, 256): llm-d's vllm-openai 0.11.0 H100 start of
+    # gpt-oss-120b loaded 64.38 GiB, a pip 0.10.1 start 65.97 (vllm#23278)
+    case = Path(__file__).parents[1] / "facts/engine_venvs/vllm_with_triton_kernels.json"
+    venvs = json.loads(case.read_text())["fact"]
+    gathered = {"gpu-01": {"facts": {"engine_venvs": venvs, "resources": {"memory_mib": 2 << 20}}}}
+    host = host_resources_from(gathered)["gpu-01"]
+    assert host.triton_kernels == ("0.11.0",)
+    arch = load_arch("openai/gpt-oss-120b")
+    request = DeploymentRequest(engine_args={"tensor_parallel_size": 2}, max_model_len=16000)
+    weights = {}
+    for version in ("0.11.0", "0.10.1.1"):
+        asked = replace(request, engine_version=version)
+        weights[version] = plan_deployment(arch, H100, 2, replace(asked, host=host)).memory.weights_gib
+        assert plan_deployment(arch, H100, 2, asked).memory.weights_gib == pytest.approx(33.05, abs=0.01)
+    assert weights["0.11.0"] == pytest.approx(32.35, abs=0.01)  # Triton, from the venv's triton_kernels
+    assert weights["0.10.1.1"] == pytest.approx(33.05, abs=0.01)  # that venv has none: Marlin
+
+
+@pytest.mark.parametrize("profile", ["latency", "throughput", "memory-saver"])
+def test_a_profiles_step_budget_on_v0_still_holds_a_whole_prompt(profile: str) -> None:
+    # V0 without chunked prefill refuses a step budget below max_model_len; the profile's is the planner's own
+    arch = load_arch("meta-llama/Llama-3.1-8B-Instruct")
+    request = DeploymentRequest(engine_version="0.6.4", max_model_len=20000, profile=profile)
+    a100 = lookup_gpu("A100-80GB")
+    plan = plan_deployment(arch, a100, 1, request)
+    assert plan.engine_args["max_num_batched_tokens"] == 20000
+    reason = plan.reason_for("max_num_batched_tokens")
+    assert reason is not None and "whole prompt per step" in reason.reason
+    chunked = replace(request, engine_args={"enable_chunked_prefill": True})
+    assert plan_deployment(arch, a100, 1, chunked).engine_args["max_num_batched_tokens"] < 20000

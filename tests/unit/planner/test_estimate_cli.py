@@ -192,3 +192,57 @@ def test_weights_say_how_much_is_the_allocators_block_rounding(capsys: pytest.Ca
     assert "0.06 GiB of it the CUDA caching allocator's block rounding" in str(qwen["reasons"])
     assert llama["allocator_blocks_gib"] == 0.0
     assert "allocator" not in str(llama["reasons"])
+
+
+def test_v0_default_step_budget_holds_a_whole_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    # vllm#10517's command: 0.6.4 (V0, no chunked prefill below 32K) defaults to max(max_model_len, 2048)
+    data = run_json(
+        capsys, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 3090",
+        "--engine-version", "0.6.4", "--max-model-len", "20000",
+    )  # fmt: skip
+    assert data["fits"] is True
+    assert data["max_num_batched_tokens"] == 20000
+
+
+def test_swap_space_without_host_memory_is_named_as_unchecked(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-80GB", "--tp", "8")
+    argv += ("--swap-space", "400")
+    data = run_json(capsys, *argv)
+    [warning] = data["warnings"]  # type: ignore[misc]
+    assert warning.startswith("swap-space-within-host-memory could not be checked: host memory unknown")
+    assert run_json(capsys, *argv, "--host-memory", "8192GiB")["warnings"] == []
+    assert main(["estimate", *argv, "--host-memory", "1024GiB"]) == 2
+    assert "Too large swap space" in capsys.readouterr().err
+    assert run_json(capsys, *argv[:-2])["warnings"] == []  # the default 4 GiB per GPU is the planner's own
+
+
+def test_the_mxfp4_backend_flag_says_which_kernels_the_venv_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # gpt-oss-120b on one H100 at 0.11.0: 64.38 GiB logged from the vllm-openai image (triton_kernels, llm-d),
+    # 65.97 from a pip install (Marlin, vllm#23278)
+    argv = ("--model", "openai/gpt-oss-120b", "--gpu", "H100-80GB", "--max-model-len", "16000")
+    marlin = run_json(capsys, *argv, code=1)["weights_gib"]
+    triton = run_json(capsys, *argv, "--mxfp4-backend", "triton", code=1)["weights_gib"]
+    assert marlin == pytest.approx(65.96, abs=0.01) and triton == pytest.approx(64.61, abs=0.01)
+    assert abs(triton - 64.38) / 64.38 < 0.005
+    said = run_json(capsys, *argv, "--mxfp4-backend", "triton", code=1)["reasons"]
+    assert any("padded to (64, 256) for the Triton" in r for r in said)  # type: ignore[union-attr]
+    assert run_json(capsys, *argv, "--mxfp4-backend", "marlin", code=1)["weights_gib"] == marlin
+
+
+def test_a_video_model_under_vllms_default_limits_is_refused_with_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the cited 0.11.0 start (search-index id 42514581982): no --limit-mm-per-prompt, so vLLM profiled one
+    # video and logged 2.31 GiB of KV; an image profile would promise 4.77 (+106 %)
+    argv = ["estimate", "--model", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--gpu", "RTX 3090", "--tp", "4"]
+    argv += ["--max-model-len", "65536", "--gpu-memory-utilization", "0.9", "--engine-version", "0.11.0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "vLLM's default limit_mm_per_prompt" in err and "video" in err
+    assert "--images-per-prompt N --videos-per-prompt 0" in err and "--limit-mm-per-prompt" in err
+    given = run_json(capsys, *argv[1:], "--images-per-prompt", "1")  # limits given: today's path
+    assert given["available_kv_cache_gib"] == pytest.approx(4.77, abs=0.01)
+    assert main(["estimate", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "H100-80GB"]) == 2
+    capsys.readouterr()
+    image_only = run_json(capsys, "--model", "google/gemma-3-4b-it", "--gpu", "H100-80GB")
+    assert image_only["fits"] is True  # no video modality: vLLM profiles images, as modelled

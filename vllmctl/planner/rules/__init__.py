@@ -89,7 +89,7 @@ RULES: tuple[Rule, ...] = (
          scheduler.utilization_in_range),
     Rule("swap-space-within-host-memory", "swap_space x TP at most 70 % of host memory",
          "vllm/config/cache.py:204-218 (CacheConfig.verify_with_parallel_config)", ("swap_space", TP),
-         scheduler.swap_space_within_host_memory, until=(0, 18, 0)),
+         scheduler.swap_space_within_host_memory, until=(0, 18, 0), needs_host="ram_gib"),
     Rule("max-model-len-within-derived", "max_model_len at most the model's derived length, unless "
          "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "vllm/config/model.py:1867-1911 (_get_and_verify_max_len)",
          ("max_model_len",), scheduler.max_model_len_within_derived),
@@ -161,6 +161,20 @@ def refusals(
     return found
 
 
+HOST_FIGURES = {"ram_gib": "host memory", "gpu_used_gib": "GPU memory other processes hold"}
+
+
+def unchecked_warnings(settings: VllmSettings, host: HostResources, given: frozenset[str]) -> list[str]:
+    """A rule that applies to a flag the user set (its first) but reads a host figure no facts gave."""
+    return [
+        f"{rule.name} could not be checked: {HOST_FIGURES[rule.needs_host]} unknown (no facts gathered); "
+        f"vLLM checks {rule.summary} ({rule.source}); gather facts (plan without --offline, or estimate "
+        "--host-memory) to check it"
+        for rule in RULES
+        if rule.flags[0] in given and rule.unchecked(settings.version, host)
+    ]
+
+
 TP_RULES = frozenset(
     {"attention-heads-divisible-by-tp", "kv-heads-divisible-or-replicated", "mlp-shapes-divisible-by-tp",
      "fp8-block-alignment", "quantization-group-alignment"}
@@ -188,4 +202,4 @@ def valid_tp_sizes(
     return sizes
 
 
-__all__ = ["RULES", "HostResources", "Refusal", "Rule", "refusals", "valid_tp_sizes"]
+__all__ = ["RULES", "HostResources", "Refusal", "Rule", "refusals", "unchecked_warnings", "valid_tp_sizes"]

@@ -20,6 +20,7 @@ class HostResources:
 
     ram_gib: float | None = None
     gpu_used_gib: float | None = None  # memory other processes already hold on each GPU
+    triton_kernels: tuple[str, ...] = ()  # vLLM versions whose venv on the host has triton_kernels
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Rule:
     until: Version | None = None
     needs_memory: bool = False
     version_note: str = ""  # how the check itself changes across the versions it applies to
+    needs_host: str = ""  # the HostResources figure the check reads; unknown (no facts): unchecked
 
     def applies(self, version: Version) -> bool:
         return version >= self.since and (self.until is None or version < self.until)
@@ -107,6 +109,10 @@ class Rule:
             return None
         flags = self.flags if found.flags is None else found.flags
         return Refusal(self.name, flags, found.message, found.reason, found.fix, self.source)
+
+    def unchecked(self, version: Version, host: HostResources) -> bool:
+        """The rule applies to this release but the host figure it reads is unknown, so it was not run."""
+        return bool(self.needs_host) and self.applies(version) and getattr(host, self.needs_host) is None
 
     @property
     def versions(self) -> str:
