@@ -14,8 +14,9 @@ from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
+from vllmctl.runner.audit import lock_owner
 from vllmctl.runner.engine_watch import wait_for_health
-from vllmctl.runner.fleet import api_keys, lock_owner, planned_inventory, select_hosts, ssh_remote
+from vllmctl.runner.fleet import api_keys, planned_inventory, select_hosts, ssh_remote
 from vllmctl.runner.history import RemoteFor
 from vllmctl.runner.rollback import RollbackOptions, RollbackRun, rollback
 

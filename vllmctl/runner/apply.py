@@ -24,10 +24,10 @@ from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
 from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
+from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
 from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions, run_playbook
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fleet import (
-    append_local_audit,
     cached_ssh_remote,
     deployment_plans,
     gather_fleet_facts,
@@ -36,8 +36,6 @@ from vllmctl.runner.fleet import (
     host_resources_from,
     keys_from,
     load_model_archs,
-    local_audit_path,
-    lock_owner,
     planned_inventory,
     resolve_secrets,
     select_hosts,

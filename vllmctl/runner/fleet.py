@@ -3,10 +3,6 @@ per-host contexts, secrets, SSH remotes and the local audit log."""
 
 from __future__ import annotations
 
-import getpass
-import json
-import os
-import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -304,22 +300,3 @@ def model_plans(plan: InventoryPlan) -> dict[str, dict[str, ModelPlan]]:
             replicas = tuple(Replica(r.index, r.port, r.gpu_indices) for r in entry.plan.replicas)
             plans.setdefault(entry.host, {})[entry.model] = ModelPlan(dict(entry.plan.engine_args), replicas)
     return plans
-
-
-def lock_owner(now_iso: str) -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # a container user with no passwd entry and no $USER
-        user = f"uid{os.getuid()}"
-    return f"{user}@{socket.gethostname()} pid={os.getpid()} since={now_iso}"
-
-
-def local_audit_path(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "vllmctl" / "audit.log"
-
-
-def append_local_audit(path: Path, record: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(json.dumps(record, sort_keys=True, default=str) + "\n")
