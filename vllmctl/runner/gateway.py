@@ -4,6 +4,7 @@ set ready and the run waits for HAProxy's checks to see them up. Which host may 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ class GatewayControl:
     # rollback knows only each model's first replica port: the gateway's own `show stat` lists the rest
     discover: bool = False
     _remotes: dict[str, Remote] = field(default_factory=dict)
+    # the rollout asks `show stat` from one host's thread while another host's drain runs: one command at a
+    # time on each gateway connection
+    _mutex: threading.Lock = field(default_factory=threading.Lock)
     _listed: dict[str, list[str]] | None = None
 
     def _refs(self, host: str) -> list[str]:
@@ -62,9 +66,10 @@ class GatewayControl:
         return self._listed
 
     def _run(self, gateway_host: str, command: Command) -> str:
-        if gateway_host not in self._remotes:
-            self._remotes[gateway_host] = self.connect(gateway_host)
-        result = self._remotes[gateway_host].execute(command, self.command_timeout_s)
+        with self._mutex:
+            if gateway_host not in self._remotes:
+                self._remotes[gateway_host] = self.connect(gateway_host)
+            result = self._remotes[gateway_host].execute(command, self.command_timeout_s)
         if not result.ok:
             raise VllmctlError(
                 f"gateway {gateway_host}: the runtime API failed: {(result.stderr or result.stdout)[-300:]}",
