@@ -12,6 +12,10 @@ ENGINE_RELEASE_FLAG = "version"  # engine.version (estimate: --engine-version), 
 # 0.10.1.1/0.10.2, 0.10.2/0.11.0). Classes missing here are older than 0.6.5 or unknown: never refused.
 ARCHITECTURE_SINCE: dict[str, Version] = {
     "DeepseekV3ForCausalLM": (0, 6, 6),
+    # Gemma 3 from public threads, not the wheels: 0.7.3 refuses gemma3 (ms-swift#3660), and vllm#14971 tags
+    # its multimodal class for "the 0.8.0 release" (V0 only there); BentoVLLM#111 waited for 0.8.0
+    "Gemma3ForCausalLM": (0, 8, 0),
+    "Gemma3ForConditionalGeneration": (0, 8, 0),
     "Qwen2_5_VLForConditionalGeneration": (0, 7, 2),
     "Qwen3ForCausalLM": (0, 8, 4),
     "Qwen3MoeForCausalLM": (0, 8, 4),
