@@ -260,7 +260,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
         known = {**backends, **plans}
-        guard = rollout_guard(inventory, known, len(hosts), args.max_fail, gateway, args.wait_available)
+        wait = args.wait_available
+        guard = rollout_guard(inventory, known, len(hosts), args.max_fail, gateway, wait, api_keys=keys)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     opts = RunOptions(
         forks=args.forks,

@@ -28,7 +28,6 @@ from vllmctl.runner.rollout import (
     EngineGuard,
     Probe,
     RolloutGuard,
-    probe_health,
     rollout_guard,
 )
 from vllmctl.tasks.desired import HostContext
@@ -72,7 +71,7 @@ class RollbackOptions:
     guard: EngineGuard | None = None  # the rollout: asked before each host's engines stop (drains it)
     max_fail: MaxFail = field(default_factory=MaxFail)
     wait_available: float = DEFAULT_WAIT_S
-    probe: Probe = probe_health  # does a replica serve, for models not behind the gateway
+    probe: Probe | None = None  # does a replica serve (models not behind the gateway); default: the gate's
 
 
 @dataclass
@@ -171,7 +170,9 @@ def rollback(
     guard: EngineGuard | None = opts.guard
     if guard is None:
         gateway = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s, discover=True)
-        guard = rollout_guard(inv, {}, len(contexts), opts.max_fail, gateway, opts.wait_available, opts.probe)
+        guard = rollout_guard(
+            inv, {}, len(contexts), opts.max_fail, gateway, opts.wait_available, opts.probe, opts.api_keys
+        )
     try:
         hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
     finally:

@@ -21,7 +21,7 @@ POLL_S = 1.0
 PROBE_TIMEOUT_S = 3.0
 DEFAULT_WAIT_S = 300.0
 
-Probe = Callable[[ServingReplica], bool]  # does its /health answer 200?
+Probe = Callable[[ServingReplica], bool]  # does it answer /health and list its model?
 
 
 class EngineGuard(Protocol):
@@ -45,15 +45,20 @@ class EngineGuard(Protocol):
     def stopped(self) -> str: ...
 
 
-def probe_health(replica: ServingReplica) -> bool:
-    """Does the engine answer GET /health with 200 within PROBE_TIMEOUT_S?"""
-    import httpx
+def health_probe(api_keys: Mapping[str, str]) -> Probe:
+    """One attempt of the release gate's own readiness probe (GET /health, then /v1/models listing the
+    model: another engine on the port does not count), with the model's API key."""
 
-    try:
-        with httpx.Client(trust_env=False, timeout=PROBE_TIMEOUT_S) as client:
-            return client.get(f"{replica.url}/health").status_code == 200
-    except httpx.HTTPError:
-        return False
+    def probe(replica: ServingReplica) -> bool:
+        import httpx
+
+        from vllmctl.bench.health import probe as ready
+
+        with httpx.Client(trust_env=False) as client:
+            key = api_keys.get(replica.model)
+            return ready(client, replica.url, replica.model, PROBE_TIMEOUT_S, key)[0] == "ready"
+
+    return probe
 
 
 class Serving(Container[str]):
@@ -87,7 +92,7 @@ class RolloutGuard:
     min_available: dict[str, int]  # model -> replicas that must keep serving
     ledger: RolloutLedger
     gateway: GatewayControl | None = None
-    probe: Probe = probe_health
+    probe: Probe = field(default_factory=lambda: health_probe({}))
     wait_s: float = DEFAULT_WAIT_S
     poll_s: float = POLL_S
     clock: Callable[[], float] = time.monotonic
@@ -196,8 +201,11 @@ def rollout_guard(
     max_fail: MaxFail,
     gateway: GatewayControl | None,
     wait_s: float = DEFAULT_WAIT_S,
-    probe: Probe = probe_health,
+    probe: Probe | None = None,
+    api_keys: Mapping[str, str] | None = None,
 ) -> RolloutGuard:
+    """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`."""
+    probe = probe or health_probe(api_keys or {})
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
     return RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)

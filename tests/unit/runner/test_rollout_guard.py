@@ -202,3 +202,20 @@ def test_the_runner_stops_at_the_first_failed_release_and_leaves_the_other_host_
     err = io.StringIO()
     show_failures(Ui(out=io.StringIO(), err=err), result)
     assert f"left as they were:\n  {second}: the rollout stopped" in err.getvalue()
+
+
+def test_the_default_probe_is_the_gates_readiness_with_the_models_api_key(monkeypatch: Any) -> None:
+    # another engine answering /health on the port does not serve this model: /v1/models must list it
+    from vllmctl.bench import health
+    from vllmctl.runner.rollout import health_probe
+
+    asked: list[tuple[str, str, str | None]] = []
+
+    def ready(client: Any, url: str, model: str, timeout: float, key: str | None = None) -> tuple[str, str]:
+        asked.append((url, model, key))
+        return ("ready", "") if url.endswith("10.0.0.1:8000") else ("models", "lists other, not tiny")
+
+    monkeypatch.setattr(health, "probe", ready)
+    probe = health_probe({"tiny": "sk-1"})
+    assert [probe(r) for r in REPLICAS] == [True, False]
+    assert asked == [("http://10.0.0.1:8000", "tiny", "sk-1"), ("http://10.0.0.2:8000", "tiny", "sk-1")]
