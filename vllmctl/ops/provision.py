@@ -1,10 +1,11 @@
-"""The provisioning operations (driver, engine venvs, model staging, service health) by name."""
+"""The provisioning operations (driver, engine venvs, model staging, GPU health gate, service health)."""
 
 from __future__ import annotations
 
 from vllmctl.ops.base import Operation
 from vllmctl.ops.driver import DRIVER_REBOOT, NVIDIA_DRIVER
 from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
+from vllmctl.ops.gpu_health import GPU_HEALTH
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
 from vllmctl.ops.service_start import SERVICE_HEALTH
 
@@ -19,5 +20,6 @@ PROVISION_OPERATIONS: dict[str, Operation] = {
         MODEL_DOWNLOAD,
         MODEL_SYNC,
         SERVICE_HEALTH,
+        GPU_HEALTH,
     )
 }

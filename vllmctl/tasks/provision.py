@@ -126,7 +126,20 @@ def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
     return calls
 
 
+def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
+    """The health gate before this host's engines start: MIG is judged on the GPUs its replicas use (all of
+    them when a replica names none)."""
+    models = ctx.models()
+    replicas = [r for m in models for r in ctx.plan(m).replicas]
+    in_use = (
+        None if any(r.gpus is None for r in replicas) else sorted({g for r in replicas for g in r.gpus or ()})
+    )
+    args = {"models": [m.name for m in models], "in_use": in_use, "gpus_declared": ctx.host.gpus is not None}
+    return [OpCall("gpu_health", args)]
+
+
 PROVISION_TASKS = {
+    "gpu_health": _gpu_health,
     "driver_install": _driver_install,
     "driver_reboot": _driver_reboot,
     "engine_install": _engine_install,
