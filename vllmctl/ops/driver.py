@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
+from vllmctl.ops.driver_flavor import choose_flavor
 
 DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
 REBOOT_WAIT_S = 600.0
@@ -48,7 +49,32 @@ def upstream_version(deb_version: str) -> str:
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"gpus": (), "driver_packages": ()}
+    return {"gpus": (), "driver_packages": (), "os_release": ()}
+
+
+def gpu_name(args: Args, facts: Facts) -> str | None:
+    """The GPU the flavour is chosen for: the inventory's, else the first nvidia-smi reports."""
+    if args.get("gpu"):
+        return str(args["gpu"])
+    gpus = (facts.get("gpus") or {}).get("gpus") or []
+    return str(gpus[0]["name"]) if gpus else None
+
+
+def chosen_package(args: Args, facts: Facts) -> tuple[str, str]:
+    """(package, why that flavour). On Ubuntu the kernel-module flavour is chosen per GPU and branch
+    (`driver_flavor.choose_flavor`); elsewhere (Debian) the package is named as before,
+    `nvidia-driver-<branch>` plus the requested flavour. A requested flavour the GPU cannot run is refused
+    on every OS."""
+    branch = str(args["branch"])
+    requested = args.get("flavor")
+    requested = None if requested is None else str(requested)
+    release: Facts = facts.get("os_release") or {}
+    if release.get("id") == "ubuntu":
+        choice = choose_flavor(gpu_name(args, facts), branch, requested)
+        return package_for(branch, choice.flavor), choice.reason
+    if requested is not None:
+        choose_flavor(gpu_name(args, facts), branch, requested)  # refuses what the GPU cannot run
+    return package_for(branch, requested or ""), ""
 
 
 def _plan_driver(args: Args, facts: Facts) -> Step:
@@ -56,19 +82,20 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
     if not branch:
         return noop("nvidia_driver", "driver", "no driver branch pinned (driver.branch)")
     branch = str(branch)
-    package = package_for(branch, str(args.get("flavor") or ""))
+    package, why = chosen_package(args, facts)
+    target = f"{package} ({why})" if why else package
     running = running_driver(facts.get("gpus"))
     packages: Facts = facts.get("driver_packages") or {}
     installed: dict[str, str] = dict(packages.get("installed", {}))
     held: list[str] = list(packages.get("held", []))
     if is_branch(running, branch):
         if package in installed and package not in held:
-            return Step("nvidia_driver", package, (run("apt-mark", "hold", package),))
-        return noop("nvidia_driver", package, f"nvidia-smi reports driver {running} (branch {branch})")
+            return Step("nvidia_driver", target, (run("apt-mark", "hold", package),))
+        return noop("nvidia_driver", target, f"nvidia-smi reports driver {running} (branch {branch})")
     if package in installed:
         return noop(
             "nvidia_driver",
-            package,
+            target,
             f"{package} {installed[package]} is installed; the running driver is {running or 'none'}: "
             "a reboot is pending (driver_reboot decides)",
         )
@@ -90,7 +117,7 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
         ),
         run("apt-mark", "hold", package),
     ]  # fmt: skip
-    return Step("nvidia_driver", package, tuple(actions))
+    return Step("nvidia_driver", target, tuple(actions))
 
 
 def reboot_reason(package: str, facts: Facts) -> str | None:
@@ -109,7 +136,7 @@ def _plan_reboot(args: Args, facts: Facts) -> Step:
     branch = args.get("branch")
     if not branch:
         return noop("driver_reboot", "host", "no driver branch pinned (driver.branch)")
-    package = package_for(str(branch), str(args.get("flavor") or ""))
+    package, _ = chosen_package(args, facts)
     why = reboot_reason(package, facts)
     if why is None:
         return noop("driver_reboot", "host", "no reboot needed")
@@ -128,5 +155,5 @@ def _plan_reboot(args: Args, facts: Facts) -> Step:
     return Step("driver_reboot", "host", actions)
 
 
-NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": ""})
-DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False})
+NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": None})
+DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False, "flavor": None})

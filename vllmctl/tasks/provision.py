@@ -43,14 +43,25 @@ def pinned_branch(ctx: HostContext) -> str | None:
     return None if branch is None else str(branch)
 
 
+def requested_flavor(ctx: HostContext) -> str | None:
+    """`driver.flavor`, else the older host var `driver_flavor`; None lets the operation choose per GPU."""
+    if ctx.host.driver.flavor is not None:
+        return ctx.host.driver.flavor
+    legacy = ctx.host.vars.get("driver_flavor")
+    return None if legacy is None else str(legacy)
+
+
+def _driver_args(ctx: HostContext) -> dict[str, Any]:
+    gpu = ctx.host.gpus.model if ctx.host.gpus is not None else None
+    return {"branch": pinned_branch(ctx), "flavor": requested_flavor(ctx), "gpu": gpu}
+
+
 def _driver_install(ctx: HostContext, params: Params) -> list[OpCall]:
-    flavor = str(ctx.host.vars.get("driver_flavor", ""))
-    return [OpCall("nvidia_driver", {"branch": pinned_branch(ctx), "flavor": flavor})]
+    return [OpCall("nvidia_driver", _driver_args(ctx))]
 
 
 def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
-    args = {"branch": pinned_branch(ctx), "reboot": ctx.host.driver.reboot}
-    return [OpCall("driver_reboot", {**args, "flavor": str(ctx.host.vars.get("driver_flavor", ""))})]
+    return [OpCall("driver_reboot", {**_driver_args(ctx), "reboot": ctx.host.driver.reboot})]
 
 
 def wheelhouse_dest(engine: EngineSpec) -> str:

