@@ -156,11 +156,11 @@ def topology(gpus: list[dict[str, Any]]) -> int:
 
 def fabric(doc: dict[str, Any]) -> tuple[str, str]:
     """(state, status) of the Fabric section: N/A without NVSwitches; on an HGX profile what gpus.json says
-    (`fabric`), Completed/Success unless told otherwise."""
+    (`fabric`, which the lab's Fabric Manager sets), Not Started when it says nothing."""
     if not doc.get("nvswitches"):
         return "N/A", "N/A"
     found = doc.get("fabric") or {}
-    return str(found.get("state", "Completed")), str(found.get("status", "Success"))
+    return str(found.get("state", "Not Started")), str(found.get("status", "N/A"))
 
 
 def ecc_lines(gpu: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from vllmctl.ops.base import Operation
 from vllmctl.ops.driver import DRIVER_REBOOT, NVIDIA_DRIVER
 from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
+from vllmctl.ops.fabric import FABRIC_MANAGER
 from vllmctl.ops.gpu_health import GPU_HEALTH
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
 from vllmctl.ops.service_start import SERVICE_HEALTH
@@ -14,6 +15,7 @@ PROVISION_OPERATIONS: dict[str, Operation] = {
     for op in (
         NVIDIA_DRIVER,
         DRIVER_REBOOT,
+        FABRIC_MANAGER,
         SYSTEM_PACKAGES,
         ENGINE_VENV,
         ENGINE_PRUNE,

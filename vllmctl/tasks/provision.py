@@ -64,6 +64,10 @@ def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("driver_reboot", {**_driver_args(ctx), "reboot": ctx.host.driver.reboot})]
 
 
+def _fabric_manager(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("fabric_manager", {"branch": pinned_branch(ctx)})]
+
+
 def wheelhouse_dest(engine: EngineSpec) -> str:
     return f"{WHEELHOUSE_DIR}/{venv_dir_name(f'{engine.name}-{engine.version}')}"
 
@@ -153,6 +157,7 @@ PROVISION_TASKS = {
     "gpu_health": _gpu_health,
     "driver_install": _driver_install,
     "driver_reboot": _driver_reboot,
+    "fabric_manager": _fabric_manager,
     "engine_install": _engine_install,
     "model_staging": _model_staging,
     "health_check": _health_check,

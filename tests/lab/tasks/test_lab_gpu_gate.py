@@ -1,7 +1,10 @@
-"""The GPU health gate on real lab hosts (HGX profile, 8 H100 on NVSwitches): one host logged a reset-class
-Xid since boot, one has MIG on a GPU its model uses; both are refused before their engine starts, with the
-evidence, while the healthy third host deploys and serves. The engine is the lab's vLLM stand-in (no Ray:
-a single-node engine), so no real vLLM is installed."""
+"""The GPU health gate and Fabric Manager on real lab hosts (HGX profile, 8 H100 on NVSwitches).
+
+One host logged a reset-class Xid since boot, one has MIG on a GPU its model uses: both are refused before
+their engine starts, with the evidence, while the healthy third host gets Fabric Manager at its driver's exact
+version (its fabric turns Completed only then), deploys and serves, and `apply --check` afterwards is 0
+changed. A Fabric Manager a patch apart is replaced, never left running. The engine is the lab's vLLM
+stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
 
 from __future__ import annotations
 
@@ -81,22 +84,22 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
         shutil.rmtree(model_dir.parent, ignore_errors=True)
 
 
-def test_facts_show_the_hgx_profile_and_each_hosts_verdict(gate: Gate) -> None:
+def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: Gate) -> None:
     xid_host, mig_host, good = gate.fleet.hosts
     shown = gate.vllmctl("facts", str(gate.inventory), "--json")
     assert shown.returncode == 0, shown.stderr
     facts = {name: found["facts"]["gpu_health"] for name, found in json.loads(shown.stdout).items()}
-    healthy = facts[good.name]
-    assert healthy["nvswitch"] == [f"/dev/nvidia-nvswitch{i}" for i in range(4)]
-    assert {(g["fabric_state"], g["persistence_mode"]) for g in healthy["smi"]["gpus"]} == {
-        ("Completed", "Enabled")
+    fresh = facts[good.name]
+    assert fresh["nvswitch"] == [f"/dev/nvidia-nvswitch{i}" for i in range(4)]
+    # no Fabric Manager yet: the fabric is not trained
+    assert {(g["fabric_state"], g["persistence_mode"]) for g in fresh["smi"]["gpus"]} == {
+        ("Not Started", "Enabled")
     }
-    assert healthy["xid"] == [] and healthy["smi"]["driver_version"] == "580.95.05"
+    assert fresh["xid"] == [] and fresh["smi"]["driver_version"] == "580.95.05"
     assert [x["xid"] for x in facts[xid_host.name]["xid"]] == [79]
     assert facts[mig_host.name]["smi"]["gpus"][0]["mig_mode"] == "Enabled"
     table = gate.vllmctl("facts", str(gate.inventory)).stdout
-    assert "healthy: 8 GPUs, fabric Completed" in table
-    assert "refused: xid: NVRM: Xid 79" in table and "refused: mig: GPU 0" in table
+    assert "refused: fabric: GPU 0" in table and "Xid 79" in table and "mig: GPU 0" in table
 
 
 def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gate: Gate) -> None:
@@ -109,12 +112,46 @@ def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gat
         assert result["status"] == "failed", result
         (step,) = [s for s in result["steps"] if s["op"] == "gpu_health"]
         assert step["status"] == "failed" and evidence in json.dumps(step), step
+        assert "fabric" not in json.dumps(step)  # Fabric Manager ran there too: only the real fault is left
         assert not [s for s in result["steps"] if s["phase"] == "services"]
         state = gate.fleet.ssh(host, f"systemctl is-active {UNIT}").stdout.strip()
         assert state != "active"
     healthy = doc["hosts"][good.name]
     assert healthy["status"] == "ok", json.dumps(healthy, indent=1)[-5000:] + applied.stderr[-3000:]
-    (step,) = [s for s in doc["hosts"][good.name]["steps"] if s["op"] == "gpu_health"]
+    (fm,) = [s for s in healthy["steps"] if s["op"] == "fabric_manager"]
+    assert fm["status"] == "changed" and "nvidia-fabricmanager-580=580.95.05-*" in " ".join(fm["commands"])
+    (step,) = [s for s in healthy["steps"] if s["op"] == "gpu_health"]
     assert step["status"] == "ok" and "healthy: 8 GPUs, fabric Completed" in step["noop"]
     models = httpx.get(f"http://{good.address}:8000/v1/models", timeout=30, trust_env=False)
     assert models.status_code == 200 and models.json()["data"][0]["id"] == "tiny"
+    assert "nvidia-fabricmanager-580" in gate.sh(good, "apt-mark showhold").split()
+    checked = gate.vllmctl("apply", str(gate.inventory), "--check", "--json", "--limit", good.name)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    assert json.loads(checked.stdout)["hosts"][good.name]["recap"]["changed"] == 0
+
+
+def test_a_mismatched_fabric_manager_is_replaced_never_left_running(gate: Gate) -> None:
+    good = gate.fleet.hosts[2]
+    install = "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+    install += "--allow-change-held-packages nvidia-fabricmanager-580=580.82.07-1"
+    gate.sh(good, install + " && sudo systemctl restart nvidia-fabricmanager.service || true")
+    assert gate.fleet.ssh(good, "systemctl is-active nvidia-fabricmanager.service").stdout.strip() != "active"
+    assert "interface version 580.82.07 don't match with driver version 580.95.05" in gate.sh(
+        good, "sudo journalctl -u nvidia-fabricmanager.service --no-pager -o cat"
+    )
+    assert "Not Started" in gate.sh(good, "nvidia-smi -q | grep -A1 Fabric")
+    applied = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", good.name
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    (fm,) = [
+        s for s in json.loads(applied.stdout)["hosts"][good.name]["steps"] if s["op"] == "fabric_manager"
+    ]
+    assert fm["commands"][:2] == [
+        "systemctl stop nvidia-fabricmanager.service",
+        "apt-mark unhold nvidia-fabricmanager-580",
+    ]
+    version = gate.sh(good, "dpkg-query -W -f='${Version}' nvidia-fabricmanager-580")
+    assert version == "580.95.05-1"
+    assert "Completed" in gate.sh(good, "nvidia-smi -q | grep -A1 Fabric")
+    assert gate.sh(good, "systemctl is-active nvidia-fabricmanager.service").strip() == "active"

@@ -118,6 +118,7 @@ def test_query_details_parse_as_the_gpu_health_fact_reads_them(tmp_path: Path) -
     from vllmctl.facts.gpu_health import parse_smi_query
 
     doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    doc["fabric"] = {"state": "Completed", "status": "Success"}  # as the lab's Fabric Manager sets it
     doc["gpus"][1] |= {"mig_mode": "Enabled", "persistence_mode": "Disabled", "ecc_uncorrectable_volatile": 2}
     doc["gpus"][2] |= {"remapped_rows_pending": True, "retired_pages_pending": True}
     result = smi(doc, tmp_path, "-q")
@@ -152,3 +153,26 @@ def test_fabric_follows_gpus_json_on_hgx_and_is_na_without_nvswitches(
     hgx["fabric"] = {"state": "In Progress", "status": "N/A"}
     gpus = parse_smi_query(smi(hgx, tmp_path, "-q").stdout.splitlines(), 0)["gpus"]
     assert {(g["fabric_state"], g["fabric_status"]) for g in gpus} == {("In Progress", None)}
+
+
+def test_the_lab_fabric_manager_completes_the_fabric_only_on_its_exact_driver_version(tmp_path: Path) -> None:
+    from vllmctl.lab import fabricmanager
+
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+    script = [sys.executable, str(Path(fabricmanager.__file__))]
+    refused = subprocess.run([*script, "580.82.07"], capture_output=True, text=True, env=env, check=False)
+    assert refused.returncode == 1
+    assert "interface version 580.82.07 don't match with driver version 580.95.05" in refused.stdout
+    assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"
+    running = subprocess.Popen([*script, "580.95.05"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert running.stdout is not None and "Successfully configured" in running.stdout.readline()
+        assert json.loads(path.read_text())["fabric"] == {"state": "Completed", "status": "Success"}
+    finally:
+        running.terminate()
+        running.wait(timeout=10)
+    subprocess.run([*script, "--stopped"], env=env, check=True)
+    assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"
