@@ -9,8 +9,12 @@ from typing import Any
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
 from vllmctl.ops.driver_flavor import choose_flavor
+from vllmctl.render.quoting import shell_word
 
 DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
+# every package of a driver branch (NVIDIA's version-locking guide: lock each one; one unheld libnvidia-*
+# moved alone gives "NVML: Driver/library version mismatch"); Fabric Manager is fabric_manager's
+BRANCH_PACKAGE = re.compile(r"^(lib)?nvidia-(?!fabricmanager)")
 REBOOT_WAIT_S = 600.0
 
 
@@ -49,7 +53,34 @@ def upstream_version(deb_version: str) -> str:
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"gpus": (), "driver_packages": (), "os_release": ()}
+    return {"gpus": (), "driver_packages": (), "os_release": (), "gpu_health": ()}
+
+
+def hold_branch(major: str) -> Command:
+    """Hold every installed `nvidia-*`/`libnvidia-*` package whose version is of branch `major` (epoch
+    ignored), as apt just installed them."""
+    query = (
+        "dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 2>/dev/null"
+    )
+    pick = (
+        "'$1 ~ /^.i/ && $2 !~ /fabricmanager/ && substr($3, index($3, \":\") + 1, length(b)) == b {print $2}'"
+    )
+    return Command(shell=f"{query} | awk -v b={shell_word(major + '.')} {pick} | xargs -r apt-mark hold")
+
+
+def unheld_branch_packages(facts: Facts, version: str, package: str) -> list[str]:
+    """Installed packages of the running driver's exact version (and the driver package) not yet held."""
+    health: Facts = facts.get("gpu_health") or {}
+    packages: Facts = facts.get("driver_packages") or {}
+    found = {
+        name
+        for name, deb in dict(health.get("packages", {})).items()
+        if BRANCH_PACKAGE.match(name) and upstream_version(deb) == version
+    }
+    if package in dict(packages.get("installed", {})):
+        found.add(package)
+    held = set(packages.get("held", [])) | set(health.get("held", []))
+    return sorted(found - held)
 
 
 def gpu_name(args: Args, facts: Facts) -> str | None:
@@ -89,8 +120,10 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
     installed: dict[str, str] = dict(packages.get("installed", {}))
     held: list[str] = list(packages.get("held", []))
     if is_branch(running, branch):
-        if package in installed and package not in held:
-            return Step("nvidia_driver", target, (run("apt-mark", "hold", package),))
+        assert running is not None
+        unheld = unheld_branch_packages(facts, running, package)
+        if unheld:
+            return Step("nvidia_driver", target, (run("apt-mark", "hold", *unheld),))
         return noop("nvidia_driver", target, f"nvidia-smi reports driver {running} (branch {branch})")
     if package in installed:
         return noop(
@@ -105,7 +138,9 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
             "no apt-get",
             "install the driver with your distribution's tools, or drop driver.branch for this host",
         )
-    others = sorted(p for p in held if DRIVER_PACKAGE.match(p) and p != package)
+    health_held = list((facts.get("gpu_health") or {}).get("held", []))
+    # the old branch's holds (its driver and, held by vllmctl, its libraries) would stop apt replacing it
+    others = sorted({p for p in [*held, *health_held] if BRANCH_PACKAGE.match(p) and p != package})
     actions: list[Command] = []
     if others:
         actions.append(run("apt-mark", "unhold", *others))
@@ -116,6 +151,7 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
             "-o", "Dpkg::Options::=--force-confold", package,
         ),
         run("apt-mark", "hold", package),
+        hold_branch(branch.split(".")[0]),
     ]  # fmt: skip
     return Step("nvidia_driver", target, tuple(actions))
 

@@ -28,6 +28,10 @@ from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
 pytestmark = pytest.mark.lab
 
 UNIT = "vllmctl-tiny-0.service"
+CLEAR_DRIVER = (
+    "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['driver']=None; "
+    "json.dump(d, open(p, 'w'))"
+)
 XID_79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=lab, GPU has fallen off the bus."
 SET_MIG = (
     "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['gpus'][0]['mig_mode']='Enabled'; "
@@ -155,3 +159,25 @@ def test_a_mismatched_fabric_manager_is_replaced_never_left_running(gate: Gate) 
     assert version == "580.95.05-1"
     assert "Completed" in gate.sh(good, "nvidia-smi -q | grep -A1 Fabric")
     assert gate.sh(good, "systemctl is-active nvidia-fabricmanager.service").strip() == "active"
+
+
+def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) -> None:
+    host = gate.fleet.hosts[0]
+    remove = "sudo env DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --allow-change-held-packages"
+    gate.sh(host, f"{remove} nvidia-driver-580 2>/dev/null || true")  # when installed by an earlier apply
+    gate.sh(host, f'sudo python3 -c "{CLEAR_DRIVER}"')  # a host whose driver is not installed
+    assert gate.fleet.ssh(host, "nvidia-smi").returncode == 9
+    applied = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    (driver,) = [
+        s for s in json.loads(applied.stdout)["hosts"][host.name]["steps"] if s["op"] == "nvidia_driver"
+    ]
+    assert driver["status"] == "changed" and "xargs -r apt-mark hold" in driver["commands"][-1]
+    held = gate.sh(host, "apt-mark showhold").split()
+    assert "nvidia-driver-580" in held and "nvidia-fabricmanager-580" in held
+    again = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
+    )
+    assert json.loads(again.stdout)["hosts"][host.name]["recap"]["changed"] == 0, again.stdout[-3000:]
