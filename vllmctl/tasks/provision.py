@@ -68,6 +68,10 @@ def _fabric_manager(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("fabric_manager", {"branch": pinned_branch(ctx)})]
 
 
+def _persistence(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("persistence", {"branch": pinned_branch(ctx)})]
+
+
 def wheelhouse_dest(engine: EngineSpec) -> str:
     return f"{WHEELHOUSE_DIR}/{venv_dir_name(f'{engine.name}-{engine.version}')}"
 
@@ -158,6 +162,7 @@ PROVISION_TASKS = {
     "driver_install": _driver_install,
     "driver_reboot": _driver_reboot,
     "fabric_manager": _fabric_manager,
+    "persistence": _persistence,
     "engine_install": _engine_install,
     "model_staging": _model_staging,
     "health_check": _health_check,
