@@ -160,6 +160,8 @@ def reboot_reason(package: str, facts: Facts) -> str | None:
     packages: Facts = facts.get("driver_packages") or {}
     if packages.get("reboot_required"):
         return "/var/run/reboot-required exists"
+    if (facts.get("gpu_health") or {}).get("nouveau_loaded") and running_driver(facts.get("gpus")) is None:
+        return "nouveau is loaded and holds the GPUs (blacklisted by nouveau_blacklist; a reboot unloads it)"
     installed = dict(packages.get("installed", {})).get(package)
     running = running_driver(facts.get("gpus"))
     if installed and running != upstream_version(installed):

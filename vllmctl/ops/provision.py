@@ -8,6 +8,7 @@ from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
 from vllmctl.ops.fabric import FABRIC_MANAGER
 from vllmctl.ops.gpu_health import GPU_HEALTH
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
+from vllmctl.ops.nouveau import NOUVEAU_BLACKLIST
 from vllmctl.ops.persistence import PERSISTENCE
 from vllmctl.ops.service_start import SERVICE_HEALTH
 
@@ -15,6 +16,7 @@ PROVISION_OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
         NVIDIA_DRIVER,
+        NOUVEAU_BLACKLIST,
         DRIVER_REBOOT,
         FABRIC_MANAGER,
         PERSISTENCE,

@@ -64,6 +64,10 @@ def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("driver_reboot", {**_driver_args(ctx), "reboot": ctx.host.driver.reboot})]
 
 
+def _nouveau_blacklist(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("nouveau_blacklist", {"branch": pinned_branch(ctx)})]
+
+
 def _fabric_manager(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("fabric_manager", {"branch": pinned_branch(ctx)})]
 
@@ -160,6 +164,7 @@ def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
 PROVISION_TASKS = {
     "gpu_health": _gpu_health,
     "driver_install": _driver_install,
+    "nouveau_blacklist": _nouveau_blacklist,
     "driver_reboot": _driver_reboot,
     "fabric_manager": _fabric_manager,
     "persistence": _persistence,

@@ -129,6 +129,8 @@ def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gat
     models = httpx.get(f"http://{good.address}:8000/v1/models", timeout=30, trust_env=False)
     assert models.status_code == 200 and models.json()["data"][0]["id"] == "tiny"
     assert "nvidia-fabricmanager-580" in gate.sh(good, "apt-mark showhold").split()
+    blacklist = gate.sh(good, "cat /etc/modprobe.d/blacklist-nouveau.conf")
+    assert "blacklist nouveau\noptions nouveau modeset=0\n" in blacklist
     checked = gate.vllmctl("apply", str(gate.inventory), "--check", "--json", "--limit", good.name)
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
     assert json.loads(checked.stdout)["hosts"][good.name]["recap"]["changed"] == 0

@@ -161,14 +161,16 @@ def test_a_health_timeout_given_to_apply_replaces_the_size_based_deadline_in_the
     assert "deadline_s" not in untouched[0]
 
 
-def test_fabric_manager_and_persistence_come_after_the_reboot_and_before_the_engine() -> None:
+def test_nouveau_goes_with_the_driver_and_fabric_manager_and_persistence_follow_the_reboot() -> None:
     for name in ("site", "drivers"):
         phases = {phase.name: phase for phase in load_playbook(name).phases}
         order = list(phases)
         assert order.index("reboot") + 1 == order.index("fabric") and phases["fabric"].regather
         assert [t.task for t in phases["fabric"].tasks] == ["fabric_manager", "persistence"]
+        assert [t.task for t in phases["drivers"].tasks] == ["nouveau_blacklist", "driver_install"]
     site = [phase.name for phase in load_playbook("site").phases]
     assert site.index("fabric") < site.index("engine") < site.index("gpu") < site.index("services")
     ctx = _ctx(EngineSpec(), {})
     assert PROVISION_TASKS["persistence"](ctx, {})[0].args == {"branch": "570"}
+    assert PROVISION_TASKS["nouveau_blacklist"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["fabric_manager"](ctx, {})[0].args == {"branch": "570"}
