@@ -82,3 +82,18 @@ def choose_flavor(gpu_name: str | None, branch: str, requested: str | None) -> F
             "open", f"open kernel modules, NVIDIA's default from branch {OPEN_DEFAULT_BRANCH}"
         )
     return FlavorChoice("", f"proprietary kernel modules, the default before branch {OPEN_DEFAULT_BRANCH}")
+
+
+def host_driver_plan(host: str, gpu: str | None, branch: str, requested: str | None) -> dict[str, str]:
+    """What `vllmctl plan` shows for one host's driver: the modules chosen, why, and the Ubuntu package
+    (Debian keeps `nvidia-driver-<branch>`); raises OpError for a flavour the GPU cannot run."""
+    choice = choose_flavor(gpu, branch, requested)
+    package = f"nvidia-driver-{branch.split('.')[0]}" + (f"-{choice.flavor}" if choice.flavor else "")
+    modules = "open" if is_open(choice.flavor) else "proprietary"
+    return {
+        "host": host,
+        "branch": branch,
+        "modules": modules,
+        "ubuntu_package": package,
+        "why": choice.reason,
+    }
