@@ -144,6 +144,8 @@ def verdict(health: Mapping[str, Any] | None, in_use: Sequence[int] | None = Non
     """One line for `vllmctl facts`: healthy, or the failed checks."""
     if not health:
         return "-"
+    if (health.get("smi") or {}).get("status") == "not-installed":
+        return "no nvidia-smi here (a host with GPUs needs its driver: driver.branch)"
     found = gpu_findings(health, in_use)
     if not found:
         count = len((health.get("smi") or {}).get("gpus", []))

@@ -65,6 +65,10 @@ def test_facts_shows_the_verdict() -> None:
     shown = summarize("gpu_health", fact("hgx_fabric_in_progress_xid_mig"))
     assert shown.startswith("refused: fabric: GPU 0") and "Xid 79" in shown and "mig: GPU 1" in shown
     assert verdict(None) == "-"
+    assert summarize("gpu_health", fact("not_installed_nouveau_loaded")).startswith("no nvidia-smi here")
+    assert summarize("gpu_health", fact("no_driver")).startswith(
+        "refused: nvidia-smi: nvidia-smi -q: no-driver"
+    )
 
 
 def test_site_runs_the_gate_in_its_own_phase_right_before_the_services() -> None:
