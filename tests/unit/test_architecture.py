@@ -107,7 +107,13 @@ def test_only_quoting_py_quotes_for_a_target() -> None:
 
 # Imported for real, each in a fresh process: what a core module pulls in through every import it makes.
 NETWORK_LIBS = ("paramiko", "fabric", "invoke", "httpx", "aiohttp", "requests", "urllib3", "huggingface_hub")
-EDGE_MODULES = ("vllmctl.transport", "vllmctl.console", "vllmctl.runner.remote", "vllmctl.runner.execute")
+EDGE_MODULES = (
+    "vllmctl.transport",
+    "vllmctl.console",
+    "vllmctl.runner.remote",
+    "vllmctl.runner.execute",
+    "vllmctl.runner.playbook_run",
+)
 PROBE = """
 import importlib, os, sys
 banned = sys.argv[1].split(",")

@@ -12,6 +12,7 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.facts import HOST_FACTS
 from vllmctl.inventory import load_inventory
+from vllmctl.ops.gpu_health import verdict
 from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
 
 SHOWN = (*HOST_FACTS, "units", "releases")
@@ -35,6 +36,8 @@ def summarize(name: str, value: Any) -> str:
         if value.get("status") != "ok":
             return f"{value.get('status')}: {value.get('message', '')}".strip(": ")
         return ", ".join(f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB" for g in gpus) or "none"
+    if name == "gpu_health":
+        return verdict(value)
     if name == "os_release":
         return str(value.get("pretty_name", "?"))
     if name == "kernel":

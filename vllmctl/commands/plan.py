@@ -21,6 +21,8 @@ from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError, Proble
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import cluster_entries
+from vllmctl.ops.base import OpError
+from vllmctl.ops.driver_flavor import host_driver_plan
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
 from vllmctl.runner.fleet import (
@@ -92,10 +94,19 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     on_cpu = cpu_engine_plans(inv, archs)  # a CPU build sizes its own memory: no GPU plan to show
     ok = all(e.plan or (e.host, e.model) in on_cpu for e in entries)
     refused = refused_problems(inv, [e for e in entries if (e.host, e.model) not in on_cpu])
+    drivers, driver_errors = driver_plans(inv, selected)
     if args.json:
-        problems = [{**_problem_json(p)} for p in refused]
-        ui.json({"ok": ok, "entries": [_cpu_json(e, on_cpu) for e in entries], "problems": problems})
+        problems = [{**_problem_json(p)} for p in refused] + driver_errors
+        entries_json = [_cpu_json(e, on_cpu) for e in entries]
+        ui.json({"ok": ok, "entries": entries_json, "drivers": drivers, "problems": problems})
     else:
+        for driver in drivers:
+            ui.data(
+                f"{driver['host']}: driver {driver['branch']}, {driver['ubuntu_package']} on Ubuntu: "
+                f"{driver['why']}"
+            )
+        for error in driver_errors:
+            ui.error(f"{error['host']}: {error['message']}\n  hint: {error['hint']}")
         for entry in entries:
             cpu = on_cpu.get((entry.host, entry.model))
             if cpu:
@@ -104,9 +115,25 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
                 _show(ui, entry)
         for problem in refused:
             ui.error(problem.render())
-    if refused:
+    if refused or driver_errors:
         return EXIT_USAGE
     return EXIT_OK if ok else EXIT_FAILURE
+
+
+def driver_plans(inv: Inventory, selected: set[str]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Each selected host's driver with a pinned branch: the kernel modules chosen for its GPU and why, or
+    the refusal of a `driver.flavor` its GPU cannot run (before anything is installed)."""
+    plans: list[dict[str, str]] = []
+    errors: list[dict[str, str]] = []
+    for name, host in inv.hosts.items():
+        if name not in selected or host.driver.branch is None:
+            continue
+        gpu = host.gpus.model if host.gpus else None
+        try:
+            plans.append(host_driver_plan(name, gpu, str(host.driver.branch), host.driver.flavor))
+        except OpError as exc:
+            errors.append({"host": name, "message": exc.message, "hint": exc.hint})
+    return plans, errors
 
 
 def _problem_json(problem: Problem) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vllmctl.facts.base import Fact
 from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
+from vllmctl.facts.gpu_health import GPU_HEALTH
 from vllmctl.facts.provision import PROVISION_FACTS
 from vllmctl.facts.state import (
     APPLIED,
@@ -23,6 +24,7 @@ FACTS: dict[str, Fact] = {
     for fact in (
         GPUS,
         GPU_TOPOLOGY,
+        GPU_HEALTH,
         OS_RELEASE,
         KERNEL,
         RESOURCES,
@@ -39,6 +41,15 @@ FACTS: dict[str, Fact] = {
     )
 } | PROVISION_FACTS
 
-HOST_FACTS = ("gpus", "gpu_topology", "os_release", "kernel", "resources", "python", "engine_venvs")
+HOST_FACTS = (
+    "gpus",
+    "gpu_topology",
+    "gpu_health",
+    "os_release",
+    "kernel",
+    "resources",
+    "python",
+    "engine_venvs",
+)
 
 __all__ = ["FACTS", "HOST_FACTS", "Fact"]

@@ -40,6 +40,7 @@ class GpuSpec:
 class DriverSpec:
     branch: str | None = None
     reboot: bool = False
+    flavor: str | None = None  # kernel-module flavour override ('', open, server, server-open); None: chosen
 
 
 @dataclass(frozen=True)

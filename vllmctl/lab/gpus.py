@@ -19,17 +19,18 @@ class GpuModel:
     smi_name: str  # what nvidia-smi prints
     memory_mib: int
     compute_cap: str
+    nvswitches: int = 0  # on an 8-GPU HGX baseboard: 6 (A100), 4 (H100/H200), 2 (B200)
 
 
 # A small lab table; the full catalog lives in vllmctl/catalog.
 GPU_MODELS: dict[str, GpuModel] = {
     m.key.upper(): m
     for m in (
-        GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, "9.0"),
-        GpuModel("H200", "NVIDIA H200", 143771, "9.0"),
-        GpuModel("B200", "NVIDIA B200", 183359, "10.0"),
-        GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, "8.0"),
-        GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, "8.0"),
+        GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, "9.0", 4),
+        GpuModel("H200", "NVIDIA H200", 143771, "9.0", 4),
+        GpuModel("B200", "NVIDIA B200", 183359, "10.0", 2),
+        GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, "8.0", 6),
+        GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, "8.0", 6),
         GpuModel("L40S", "NVIDIA L40S", 46068, "8.9"),
         GpuModel("L4", "NVIDIA L4", 23034, "8.9"),
         GpuModel("A10G", "NVIDIA A10G", 23028, "8.6"),
@@ -65,6 +66,7 @@ class HostGpus:
 
 
 NO_GPUS = HostGpus(None, 0)
+HGX_GPUS = 8
 _ITEM = re.compile(r"^(?:(?P<count>\d+)\s*[xX]\s*)?(?P<model>[A-Za-z0-9][A-Za-z0-9-]*)$")
 
 
@@ -136,8 +138,13 @@ def gpus_document(host: str, gpus: HostGpus, driver: DriverRelease | None) -> di
                     "compute_cap": gpus.model.compute_cap,
                 }
             )
+    # an HGX profile: eight SXM GPUs on NVSwitches, whose Fabric section the fake nvidia-smi -q shows
+    hgx = gpus.model is not None and gpus.count == HGX_GPUS
     return {
         "product": gpus.model.key if gpus.model else None,
         "driver": driver_fields(driver) if gpus.model else None,
+        "nvswitches": gpus.model.nvswitches if hgx and gpus.model else 0,
+        # Completed only while a Fabric Manager of the driver's exact version runs (lab/fabricmanager.py)
+        "fabric": {"state": "Not Started", "status": "N/A"} if hgx else None,
         "gpus": devices,
     }

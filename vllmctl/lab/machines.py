@@ -54,6 +54,20 @@ def mount_overlay(base_root: Path, host_dir: Path) -> Path:
     return merged
 
 
+DEVICES_UNIT = "lab-gpu-devices.service"
+DEVICES_UNIT_TEXT = """[Unit]
+Description=vllmctl lab: the simulated GPU board's device files (NVSwitch nodes of an HGX profile)
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/nvidia-smi --lab-make-devices
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -76,6 +90,12 @@ def personalise(
         os.chown(path, OPS_UID, OPS_UID)
     _write(root / "etc/vllmctl-lab/gpus.json", json.dumps(gpus, indent=2) + "\n")
     _write(root / "usr/bin/nvidia-smi", Path(fake_nvidia_smi.__file__).read_text(), 0o755)
+    # /dev is a fresh tmpfs at every boot: a boot unit makes the HGX profile's NVSwitch device files
+    _write(root / f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT)
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / DEVICES_UNIT).unlink(missing_ok=True)
+    (wants / DEVICES_UNIT).symlink_to(f"/etc/systemd/system/{DEVICES_UNIT}")
     _write(root / "etc/apt/sources.list", f"deb [trusted=yes] {layout.debian_url} ./\n")
     _write(
         root / "etc/pip.conf",

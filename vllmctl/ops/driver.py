@@ -8,8 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
+from vllmctl.ops.driver_flavor import choose_flavor
+from vllmctl.render.quoting import shell_word
 
 DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
+# every package of a driver branch (NVIDIA's version-locking guide: lock each one; one unheld libnvidia-*
+# moved alone gives "NVML: Driver/library version mismatch"); Fabric Manager is fabric_manager's
+BRANCH_PACKAGE = re.compile(r"^(lib)?nvidia-(?!fabricmanager)")
 REBOOT_WAIT_S = 600.0
 
 
@@ -48,7 +53,59 @@ def upstream_version(deb_version: str) -> str:
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"gpus": (), "driver_packages": ()}
+    return {"gpus": (), "driver_packages": (), "os_release": (), "gpu_health": ()}
+
+
+def hold_branch(major: str) -> Command:
+    """Hold every installed `nvidia-*`/`libnvidia-*` package whose version is of branch `major` (epoch
+    ignored), as apt just installed them."""
+    query = (
+        "dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 2>/dev/null"
+    )
+    pick = (
+        "'$1 ~ /^.i/ && $2 !~ /fabricmanager/ && substr($3, index($3, \":\") + 1, length(b)) == b {print $2}'"
+    )
+    return Command(shell=f"{query} | awk -v b={shell_word(major + '.')} {pick} | xargs -r apt-mark hold")
+
+
+def unheld_branch_packages(facts: Facts, version: str, package: str) -> list[str]:
+    """Installed packages of the running driver's exact version (and the driver package) not yet held."""
+    health: Facts = facts.get("gpu_health") or {}
+    packages: Facts = facts.get("driver_packages") or {}
+    found = {
+        name
+        for name, deb in dict(health.get("packages", {})).items()
+        if BRANCH_PACKAGE.match(name) and upstream_version(deb) == version
+    }
+    if package in dict(packages.get("installed", {})):
+        found.add(package)
+    held = set(packages.get("held", [])) | set(health.get("held", []))
+    return sorted(found - held)
+
+
+def gpu_name(args: Args, facts: Facts) -> str | None:
+    """The GPU the flavour is chosen for: the inventory's, else the first nvidia-smi reports."""
+    if args.get("gpu"):
+        return str(args["gpu"])
+    gpus = (facts.get("gpus") or {}).get("gpus") or []
+    return str(gpus[0]["name"]) if gpus else None
+
+
+def chosen_package(args: Args, facts: Facts) -> tuple[str, str]:
+    """(package, why that flavour). On Ubuntu the kernel-module flavour is chosen per GPU and branch
+    (`driver_flavor.choose_flavor`); elsewhere (Debian) the package is named as before,
+    `nvidia-driver-<branch>` plus the requested flavour. A requested flavour the GPU cannot run is refused
+    on every OS."""
+    branch = str(args["branch"])
+    requested = args.get("flavor")
+    requested = None if requested is None else str(requested)
+    release: Facts = facts.get("os_release") or {}
+    if release.get("id") == "ubuntu":
+        choice = choose_flavor(gpu_name(args, facts), branch, requested)
+        return package_for(branch, choice.flavor), choice.reason
+    if requested is not None:
+        choose_flavor(gpu_name(args, facts), branch, requested)  # refuses what the GPU cannot run
+    return package_for(branch, requested or ""), ""
 
 
 def _plan_driver(args: Args, facts: Facts) -> Step:
@@ -56,19 +113,22 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
     if not branch:
         return noop("nvidia_driver", "driver", "no driver branch pinned (driver.branch)")
     branch = str(branch)
-    package = package_for(branch, str(args.get("flavor") or ""))
+    package, why = chosen_package(args, facts)
+    target = f"{package} ({why})" if why else package
     running = running_driver(facts.get("gpus"))
     packages: Facts = facts.get("driver_packages") or {}
     installed: dict[str, str] = dict(packages.get("installed", {}))
     held: list[str] = list(packages.get("held", []))
     if is_branch(running, branch):
-        if package in installed and package not in held:
-            return Step("nvidia_driver", package, (run("apt-mark", "hold", package),))
-        return noop("nvidia_driver", package, f"nvidia-smi reports driver {running} (branch {branch})")
+        assert running is not None
+        unheld = unheld_branch_packages(facts, running, package)
+        if unheld:
+            return Step("nvidia_driver", target, (run("apt-mark", "hold", *unheld),))
+        return noop("nvidia_driver", target, f"nvidia-smi reports driver {running} (branch {branch})")
     if package in installed:
         return noop(
             "nvidia_driver",
-            package,
+            target,
             f"{package} {installed[package]} is installed; the running driver is {running or 'none'}: "
             "a reboot is pending (driver_reboot decides)",
         )
@@ -78,7 +138,9 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
             "no apt-get",
             "install the driver with your distribution's tools, or drop driver.branch for this host",
         )
-    others = sorted(p for p in held if DRIVER_PACKAGE.match(p) and p != package)
+    health_held = list((facts.get("gpu_health") or {}).get("held", []))
+    # the old branch's holds (its driver and, held by vllmctl, its libraries) would stop apt replacing it
+    others = sorted({p for p in [*held, *health_held] if BRANCH_PACKAGE.match(p) and p != package})
     actions: list[Command] = []
     if others:
         actions.append(run("apt-mark", "unhold", *others))
@@ -89,14 +151,17 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
             "-o", "Dpkg::Options::=--force-confold", package,
         ),
         run("apt-mark", "hold", package),
+        hold_branch(branch.split(".")[0]),
     ]  # fmt: skip
-    return Step("nvidia_driver", package, tuple(actions))
+    return Step("nvidia_driver", target, tuple(actions))
 
 
 def reboot_reason(package: str, facts: Facts) -> str | None:
     packages: Facts = facts.get("driver_packages") or {}
     if packages.get("reboot_required"):
         return "/var/run/reboot-required exists"
+    if (facts.get("gpu_health") or {}).get("nouveau_loaded") and running_driver(facts.get("gpus")) is None:
+        return "nouveau is loaded and holds the GPUs (blacklisted by nouveau_blacklist; a reboot unloads it)"
     installed = dict(packages.get("installed", {})).get(package)
     running = running_driver(facts.get("gpus"))
     if installed and running != upstream_version(installed):
@@ -109,7 +174,7 @@ def _plan_reboot(args: Args, facts: Facts) -> Step:
     branch = args.get("branch")
     if not branch:
         return noop("driver_reboot", "host", "no driver branch pinned (driver.branch)")
-    package = package_for(str(branch), str(args.get("flavor") or ""))
+    package, _ = chosen_package(args, facts)
     why = reboot_reason(package, facts)
     if why is None:
         return noop("driver_reboot", "host", "no reboot needed")
@@ -128,5 +193,5 @@ def _plan_reboot(args: Args, facts: Facts) -> Step:
     return Step("driver_reboot", "host", actions)
 
 
-NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": ""})
-DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False})
+NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": None})
+DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False, "flavor": None})

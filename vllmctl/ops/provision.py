@@ -1,23 +1,31 @@
-"""The provisioning operations (driver, engine venvs, model staging, service health) by name."""
+"""The provisioning operations (driver, engine venvs, model staging, GPU health gate, service health)."""
 
 from __future__ import annotations
 
 from vllmctl.ops.base import Operation
 from vllmctl.ops.driver import DRIVER_REBOOT, NVIDIA_DRIVER
 from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
+from vllmctl.ops.fabric import FABRIC_MANAGER
+from vllmctl.ops.gpu_health import GPU_HEALTH
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
+from vllmctl.ops.nouveau import NOUVEAU_BLACKLIST
+from vllmctl.ops.persistence import PERSISTENCE
 from vllmctl.ops.service_start import SERVICE_HEALTH
 
 PROVISION_OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
         NVIDIA_DRIVER,
+        NOUVEAU_BLACKLIST,
         DRIVER_REBOOT,
+        FABRIC_MANAGER,
+        PERSISTENCE,
         SYSTEM_PACKAGES,
         ENGINE_VENV,
         ENGINE_PRUNE,
         MODEL_DOWNLOAD,
         MODEL_SYNC,
         SERVICE_HEALTH,
+        GPU_HEALTH,
     )
 }

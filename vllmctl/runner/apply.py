@@ -25,7 +25,7 @@ from vllmctl.releases.host import inventory_digest
 from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
-from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions, run_playbook
+from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fleet import (
     cached_ssh_remote,
@@ -42,6 +42,7 @@ from vllmctl.runner.fleet import (
     ssh_remote,
 )
 from vllmctl.runner.gateway import fleet_servers, ssh_gateway
+from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard

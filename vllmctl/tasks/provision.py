@@ -43,14 +43,37 @@ def pinned_branch(ctx: HostContext) -> str | None:
     return None if branch is None else str(branch)
 
 
+def requested_flavor(ctx: HostContext) -> str | None:
+    """`driver.flavor`, else the older host var `driver_flavor`; None lets the operation choose per GPU."""
+    if ctx.host.driver.flavor is not None:
+        return ctx.host.driver.flavor
+    legacy = ctx.host.vars.get("driver_flavor")
+    return None if legacy is None else str(legacy)
+
+
+def _driver_args(ctx: HostContext) -> dict[str, Any]:
+    gpu = ctx.host.gpus.model if ctx.host.gpus is not None else None
+    return {"branch": pinned_branch(ctx), "flavor": requested_flavor(ctx), "gpu": gpu}
+
+
 def _driver_install(ctx: HostContext, params: Params) -> list[OpCall]:
-    flavor = str(ctx.host.vars.get("driver_flavor", ""))
-    return [OpCall("nvidia_driver", {"branch": pinned_branch(ctx), "flavor": flavor})]
+    return [OpCall("nvidia_driver", _driver_args(ctx))]
 
 
 def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
-    args = {"branch": pinned_branch(ctx), "reboot": ctx.host.driver.reboot}
-    return [OpCall("driver_reboot", {**args, "flavor": str(ctx.host.vars.get("driver_flavor", ""))})]
+    return [OpCall("driver_reboot", {**_driver_args(ctx), "reboot": ctx.host.driver.reboot})]
+
+
+def _nouveau_blacklist(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("nouveau_blacklist", {"branch": pinned_branch(ctx)})]
+
+
+def _fabric_manager(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("fabric_manager", {"branch": pinned_branch(ctx)})]
+
+
+def _persistence(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("persistence", {"branch": pinned_branch(ctx)})]
 
 
 def wheelhouse_dest(engine: EngineSpec) -> str:
@@ -126,9 +149,25 @@ def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
     return calls
 
 
+def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
+    """The health gate before this host's engines start: MIG is judged on the GPUs its replicas use (all of
+    them when a replica names none)."""
+    models = ctx.models()
+    replicas = [r for m in models for r in ctx.plan(m).replicas]
+    in_use = (
+        None if any(r.gpus is None for r in replicas) else sorted({g for r in replicas for g in r.gpus or ()})
+    )
+    args = {"models": [m.name for m in models], "in_use": in_use, "gpus_declared": ctx.host.gpus is not None}
+    return [OpCall("gpu_health", args)]
+
+
 PROVISION_TASKS = {
+    "gpu_health": _gpu_health,
     "driver_install": _driver_install,
+    "nouveau_blacklist": _nouveau_blacklist,
     "driver_reboot": _driver_reboot,
+    "fabric_manager": _fabric_manager,
+    "persistence": _persistence,
     "engine_install": _engine_install,
     "model_staging": _model_staging,
     "health_check": _health_check,

@@ -113,3 +113,29 @@ def test_offline_plan_names_the_swap_space_rule_it_could_not_check(
     assert "could not be checked: host memory unknown" in warning
     assert cli.main(["plan", str(inventory), "--offline"]) == 0
     assert "swap-space-within-host-memory could not be checked" in capsys.readouterr().err
+
+
+def test_plan_shows_each_hosts_kernel_modules_and_refuses_a_flavour_the_gpu_cannot_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    inventory = tmp_path / "b200.yml"
+    inventory.write_text(
+        "vllmctl: 1\nhosts:\n"
+        "  b1: {address: 10.0.0.1, gpus: {model: B200, count: 8}, driver: {branch: '580'}}\n"
+        "  h1: {address: 10.0.0.2, gpus: {model: H100-80GB, count: 8}, driver: {branch: '550'}}\n"
+    )
+    code, out = _plan_json(capsys, str(inventory))
+    assert code == 0
+    drivers = {d["host"]: d for d in out["drivers"]}  # type: ignore[union-attr]
+    assert drivers["b1"]["modules"] == "open" and drivers["b1"]["ubuntu_package"] == "nvidia-driver-580-open"
+    assert "B200 (Blackwell) is supported only by the open kernel modules" in drivers["b1"]["why"]
+    assert (
+        drivers["h1"]["modules"] == "proprietary" and drivers["h1"]["ubuntu_package"] == "nvidia-driver-550"
+    )
+    assert cli.main(["plan", str(inventory), "--offline"]) == 0
+    assert "b1: driver 580, nvidia-driver-580-open on Ubuntu: B200 (Blackwell)" in capsys.readouterr().out
+    inventory.write_text(inventory.read_text().replace("branch: '580'}", "branch: '580', flavor: server}"))
+    assert cli.main(["plan", str(inventory), "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert "b1: driver flavor 'server' installs the proprietary kernel modules, but B200 (Blackwell)" in err
+    assert "hint: set driver.flavor to 'server-open'" in err

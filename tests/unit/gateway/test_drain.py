@@ -13,9 +13,10 @@ from fake_remote import FakeHost, FakeRemote
 from vllmctl.gateway.config import Server
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.ops import Command
-from vllmctl.runner.execute import RunOptions, run_playbook
+from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fleet import host_contexts
 from vllmctl.runner.gateway import GatewayControl
+from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport import Result

@@ -109,3 +109,22 @@ def test_cli_process_never_shows_a_traceback(workdir: Path, content: bytes) -> N
     assert result.returncode == 2
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stderr.startswith("error: inv.yml")
+
+
+def test_the_readme_validate_line_passes_on_a_fresh_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the README shows it, from the repository root, with a HOME holding no key, known_hosts or secret."""
+    lines = [
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("$ vllmctl validate")
+    ]
+    (line,) = lines
+    argv = line.split("#", 1)[0].split()[2:]  # after `$ vllmctl`
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(ROOT)
+    assert argv[0] == "validate"
+    assert main(argv) == 0, capsys.readouterr().err
+    assert main(["validate", "inventories/mixed-fleet.yml"]) == 2  # the controller checks need those files
+    assert "identity_file ~/.ssh/fleet_ed25519 does not exist" in capsys.readouterr().err

@@ -112,3 +112,67 @@ def test_driver_without_devices(tmp_path: Path) -> None:
     doc = {"product": None, "driver": {"branch": "580", "version": "580.95.05", "cuda_version": "13.0"}}
     result = smi({**doc, "gpus": []}, tmp_path, "-L")
     assert (result.returncode, result.stdout) == (6, "No devices were found\n")
+
+
+def test_query_details_parse_as_the_gpu_health_fact_reads_them(tmp_path: Path) -> None:
+    from vllmctl.facts.gpu_health import parse_smi_query
+
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    doc["fabric"] = {"state": "Completed", "status": "Success"}  # as the lab's Fabric Manager sets it
+    doc["gpus"][1] |= {"mig_mode": "Enabled", "persistence_mode": "Disabled", "ecc_uncorrectable_volatile": 2}
+    doc["gpus"][2] |= {"remapped_rows_pending": True, "retired_pages_pending": True}
+    result = smi(doc, tmp_path, "-q")
+    assert result.returncode == 0
+    parsed = parse_smi_query(result.stdout.splitlines(), 0)
+    assert parsed["driver_version"] == "580.95.05" and len(parsed["gpus"]) == 8
+    first, second, third = parsed["gpus"][:3]
+    assert (first["fabric_state"], first["fabric_status"], first["mig_mode"]) == (
+        "Completed",
+        "Success",
+        "Disabled",
+    )
+    assert (second["mig_mode"], second["persistence_mode"], second["ecc_uncorrectable_volatile"]) == (
+        "Enabled",
+        "Disabled",
+        2,
+    )
+    assert third["remapped_rows_pending"] is True and third["retired_pages_pending"] is True
+    assert smi(doc, tmp_path, "--query-gpu=mig.mode.current", "--format=csv,noheader").stdout.split()[:2] == [
+        "Disabled",
+        "Enabled",
+    ]
+
+
+def test_fabric_follows_gpus_json_on_hgx_and_is_na_without_nvswitches(
+    h100x2: dict[str, object], tmp_path: Path
+) -> None:
+    from vllmctl.facts.gpu_health import parse_smi_query
+
+    assert "State                             : N/A" in smi(h100x2, tmp_path, "-q").stdout
+    hgx = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    hgx["fabric"] = {"state": "In Progress", "status": "N/A"}
+    gpus = parse_smi_query(smi(hgx, tmp_path, "-q").stdout.splitlines(), 0)["gpus"]
+    assert {(g["fabric_state"], g["fabric_status"]) for g in gpus} == {("In Progress", None)}
+
+
+def test_the_lab_fabric_manager_completes_the_fabric_only_on_its_exact_driver_version(tmp_path: Path) -> None:
+    from vllmctl.lab import fabricmanager
+
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+    script = [sys.executable, str(Path(fabricmanager.__file__))]
+    refused = subprocess.run([*script, "580.82.07"], capture_output=True, text=True, env=env, check=False)
+    assert refused.returncode == 1
+    assert "interface version 580.82.07 don't match with driver version 580.95.05" in refused.stdout
+    assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"
+    running = subprocess.Popen([*script, "580.95.05"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert running.stdout is not None and "Successfully configured" in running.stdout.readline()
+        assert json.loads(path.read_text())["fabric"] == {"state": "Completed", "status": "Success"}
+    finally:
+        running.terminate()
+        running.wait(timeout=10)
+    subprocess.run([*script, "--stopped"], env=env, check=True)
+    assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"

@@ -75,4 +75,13 @@ def test_uuids_differ_between_hosts_but_are_stable() -> None:
 
 def test_a_host_without_gpus_has_no_driver() -> None:
     doc = gpus_document("lab-1", parse_gpu_spec("none")[0], DRIVER_RELEASES["580"])
-    assert doc == {"product": None, "driver": None, "gpus": []}
+    assert doc == {"product": None, "driver": None, "nvswitches": 0, "fabric": None, "gpus": []}
+
+
+def test_eight_sxm_gpus_are_an_hgx_board_with_nvswitches() -> None:
+    hgx = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    assert hgx["nvswitches"] == 4
+    assert hgx["fabric"] == {"state": "Not Started", "status": "N/A"}  # until a Fabric Manager runs
+    assert gpus_document("lab-1", parse_gpu_spec("8xB200")[0], DRIVER_RELEASES["580"])["nvswitches"] == 2
+    for spec in ("2xH100-80GB", "8xL40S"):  # fewer than a baseboard, or PCIe cards: no NVSwitch
+        assert gpus_document("lab-1", parse_gpu_spec(spec)[0], DRIVER_RELEASES["580"])["nvswitches"] == 0

@@ -21,6 +21,7 @@ Restart=on-failure
 RestartSec=5
 TimeoutStopSec=60
 LimitNOFILE=65536
+LimitMEMLOCK=infinity
 StandardOutput=journal
 StandardError=journal
 SyslogIdentifier=vllmctl-ray-big

@@ -12,7 +12,8 @@ from local_remote import LocalRemote
 
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner.execute import RunOptions, run_playbook
+from vllmctl.runner.execute import RunOptions
+from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.release import gate_host, read_releases
 from vllmctl.runner.rollout import rollout_guard
 from vllmctl.tasks.desired import HostContext

@@ -80,8 +80,8 @@ def _settings(text: str) -> list[tuple[str, str, str]]:
 KEYS = [
     "Description", "After", "Wants", "StartLimitIntervalSec", "Type", "User", "Group", "WorkingDirectory",
     "EnvironmentFile", "Environment", "ExecStart", "Restart", "RestartSec", "TimeoutStartSec",
-    "TimeoutStopSec", "KillSignal", "LimitNOFILE", "StandardOutput", "StandardError", "SyslogIdentifier",
-    "WantedBy",
+    "TimeoutStopSec", "KillSignal", "LimitNOFILE", "LimitMEMLOCK", "StandardOutput", "StandardError",
+    "SyslogIdentifier", "WantedBy",
 ]  # fmt: skip
 
 

@@ -18,9 +18,10 @@ from vllmctl.gateway.config import Server
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.ops import Command
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
-from vllmctl.runner.execute import RunOptions, run_playbook
+from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fleet import host_contexts
 from vllmctl.runner.gateway import GatewayControl
+from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.rollout import RolloutGuard, rollout_guard, serving_replicas
 from vllmctl.runner.view import show_failures
 from vllmctl.tasks.desired import HostContext

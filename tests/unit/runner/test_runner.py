@@ -10,8 +10,9 @@ from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.errors import InputError
-from vllmctl.runner.execute import RunOptions, run_playbook
+from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fleet import host_contexts, select_hosts
+from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.results import RunResult
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook

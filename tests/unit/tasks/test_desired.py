@@ -32,6 +32,7 @@ def test_one_unit_per_replica_with_pinned_gpus_and_quoted_model_path() -> None:
     assert '--model "/srv/my models/llama $$1"' in unit
     assert "--port 8001 --tensor-parallel-size 1" in unit
     assert "User=vllm\n" in unit and "Restart=on-failure\n" in unit and "LimitNOFILE=65536\n" in unit
+    assert "LimitMEMLOCK=infinity\n" in unit  # NCCL and RDMA pin memory; systemd ignores limits.conf
     assert "EnvironmentFile=-/etc/vllmctl/llama.env\n" in unit
 
 

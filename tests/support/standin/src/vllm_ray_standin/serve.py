@@ -181,10 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_start(options, read_config(options.model))
         check_tokenizer(options)
-        log(
-            f"placing PP {options.pp} x TP {options.tp} on the Ray cluster at {os.environ.get('RAY_ADDRESS')}"
-        )
-        stages = place_stages(options)
+        if os.environ.get("RAY_ADDRESS"):
+            log(
+                f"placing PP {options.pp} x TP {options.tp} on the Ray cluster at {os.environ['RAY_ADDRESS']}"
+            )
+            stages = place_stages(options)
+        else:  # a single-node engine (no Ray cluster in its env file): the one stage is this host, no Ray
+            stages = [Stage(*stage_probe(options.model))]
     except Refused as exc:
         log(str(exc))
         return 1

@@ -1,0 +1,185 @@
+"""The GPU health gate and Fabric Manager on real lab hosts (HGX profile, 8 H100 on NVSwitches).
+
+One host logged a reset-class Xid since boot, one has MIG on a GPU its model uses: both are refused before
+their engine starts, with the evidence, while the healthy third host gets Fabric Manager at its driver's exact
+version (its fabric turns Completed only then), deploys and serves, and `apply --check` afterwards is 0
+changed. A Fabric Manager a patch apart is replaced, never left running. The engine is the lab's vLLM
+stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from standin_wheel import PACKAGE, ensure_standin_wheel
+
+from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+
+pytestmark = pytest.mark.lab
+
+UNIT = "vllmctl-tiny-0.service"
+CLEAR_DRIVER = (
+    "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['driver']=None; "
+    "json.dump(d, open(p, 'w'))"
+)
+XID_79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=lab, GPU has fallen off the bus."
+SET_MIG = (
+    "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['gpus'][0]['mig_mode']='Enabled'; "
+    "json.dump(d, open(p, 'w'))"
+)
+
+
+@dataclass
+class Gate:
+    fleet: LabFleet
+    inventory: Path
+    state: Path
+
+    def vllmctl(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "250", "XDG_STATE_HOME": str(self.state)}
+        argv = [sys.executable, "-m", "vllmctl", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+    def sh(self, host: LabHostInfo, command: str) -> str:
+        result = self.fleet.ssh(host, command, timeout=60)
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
+    from vllmctl.lab.tinymodel import ensure_tiny_model
+
+    name = f"pt{os.getpid()}-gate"
+    work = tmp_path_factory.mktemp("gpugate")
+    model_dir = Path(f"/var/tmp/vllmctl-gate-{os.getpid()}/tiny")
+    try:
+        fleet = start_fleet(name, 3, work / "lab.yml", gpus="8xH100-80GB")
+        version, _ = ensure_standin_wheel(fleet.directory / "wheels")
+        shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
+        doc: dict[str, Any] = yaml.safe_load(fleet.inventory.read_text())
+        engine = {"name": "vllm", "package": PACKAGE, "version": version, "index_url": fleet.index_url}
+        doc["defaults"]["engine"] = engine
+        hosts = [h.name for h in fleet.hosts]
+        # the stand-in starts only with the Ray backend; without a Ray cluster in its env it serves alone
+        args = {"distributed_executor_backend": "ray"}
+        doc["models"] = {
+            "tiny": {"source": str(model_dir), "hosts": hosts, "port": 8000, "engine_args": args}
+        }
+        inventory = work / "gate.yml"
+        inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+        xid_host, mig_host, _ = fleet.hosts
+        found = Gate(fleet, inventory, work)
+        found.sh(xid_host, f"logger -t kernel '{XID_79}'")  # what the kernel logs, in this boot's journal
+        found.sh(mig_host, f'sudo python3 -c "{SET_MIG}"')
+        yield found
+    finally:
+        stop_fleet(name)
+        shutil.rmtree(model_dir.parent, ignore_errors=True)
+
+
+def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: Gate) -> None:
+    xid_host, mig_host, good = gate.fleet.hosts
+    shown = gate.vllmctl("facts", str(gate.inventory), "--json")
+    assert shown.returncode == 0, shown.stderr
+    facts = {name: found["facts"]["gpu_health"] for name, found in json.loads(shown.stdout).items()}
+    fresh = facts[good.name]
+    assert fresh["nvswitch"] == [f"/dev/nvidia-nvswitch{i}" for i in range(4)]
+    # no Fabric Manager yet: the fabric is not trained
+    assert {(g["fabric_state"], g["persistence_mode"]) for g in fresh["smi"]["gpus"]} == {
+        ("Not Started", "Enabled")
+    }
+    assert fresh["xid"] == [] and fresh["smi"]["driver_version"] == "580.95.05"
+    assert [x["xid"] for x in facts[xid_host.name]["xid"]] == [79]
+    assert facts[mig_host.name]["smi"]["gpus"][0]["mig_mode"] == "Enabled"
+    table = gate.vllmctl("facts", str(gate.inventory)).stdout
+    assert "refused: fabric: GPU 0" in table and "Xid 79" in table and "mig: GPU 0" in table
+
+
+def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gate: Gate) -> None:
+    xid_host, mig_host, good = gate.fleet.hosts
+    applied = gate.vllmctl("apply", str(gate.inventory), "--json", "--health-timeout", "300")
+    assert applied.returncode != 0
+    doc = json.loads(applied.stdout)
+    for host, evidence in ((xid_host, "Xid 79 (GPU has fallen off the bus)"), (mig_host, "MIG mode Enabled")):
+        result = doc["hosts"][host.name]
+        assert result["status"] == "failed", result
+        (step,) = [s for s in result["steps"] if s["op"] == "gpu_health"]
+        assert step["status"] == "failed" and evidence in json.dumps(step), step
+        assert "fabric" not in json.dumps(step)  # Fabric Manager ran there too: only the real fault is left
+        assert not [s for s in result["steps"] if s["phase"] == "services"]
+        state = gate.fleet.ssh(host, f"systemctl is-active {UNIT}").stdout.strip()
+        assert state != "active"
+    healthy = doc["hosts"][good.name]
+    assert healthy["status"] == "ok", json.dumps(healthy, indent=1)[-5000:] + applied.stderr[-3000:]
+    (fm,) = [s for s in healthy["steps"] if s["op"] == "fabric_manager"]
+    assert fm["status"] == "changed" and "nvidia-fabricmanager-580=580.95.05-*" in " ".join(fm["commands"])
+    (step,) = [s for s in healthy["steps"] if s["op"] == "gpu_health"]
+    assert step["status"] == "ok" and "healthy: 8 GPUs, fabric Completed" in step["noop"]
+    models = httpx.get(f"http://{good.address}:8000/v1/models", timeout=30, trust_env=False)
+    assert models.status_code == 200 and models.json()["data"][0]["id"] == "tiny"
+    assert "nvidia-fabricmanager-580" in gate.sh(good, "apt-mark showhold").split()
+    blacklist = gate.sh(good, "cat /etc/modprobe.d/blacklist-nouveau.conf")
+    assert "blacklist nouveau\noptions nouveau modeset=0\n" in blacklist
+    checked = gate.vllmctl("apply", str(gate.inventory), "--check", "--json", "--limit", good.name)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    assert json.loads(checked.stdout)["hosts"][good.name]["recap"]["changed"] == 0
+
+
+def test_a_mismatched_fabric_manager_is_replaced_never_left_running(gate: Gate) -> None:
+    good = gate.fleet.hosts[2]
+    install = "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+    install += "--allow-change-held-packages nvidia-fabricmanager-580=580.82.07-1"
+    gate.sh(good, install + " && sudo systemctl restart nvidia-fabricmanager.service || true")
+    assert gate.fleet.ssh(good, "systemctl is-active nvidia-fabricmanager.service").stdout.strip() != "active"
+    assert "interface version 580.82.07 don't match with driver version 580.95.05" in gate.sh(
+        good, "sudo journalctl -u nvidia-fabricmanager.service --no-pager -o cat"
+    )
+    assert "Not Started" in gate.sh(good, "nvidia-smi -q | grep -A1 Fabric")
+    applied = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", good.name
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    (fm,) = [
+        s for s in json.loads(applied.stdout)["hosts"][good.name]["steps"] if s["op"] == "fabric_manager"
+    ]
+    assert fm["commands"][:2] == [
+        "systemctl stop nvidia-fabricmanager.service",
+        "apt-mark unhold nvidia-fabricmanager-580",
+    ]
+    version = gate.sh(good, "dpkg-query -W -f='${Version}' nvidia-fabricmanager-580")
+    assert version == "580.95.05-1"
+    assert "Completed" in gate.sh(good, "nvidia-smi -q | grep -A1 Fabric")
+    assert gate.sh(good, "systemctl is-active nvidia-fabricmanager.service").strip() == "active"
+
+
+def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) -> None:
+    host = gate.fleet.hosts[0]
+    remove = "sudo env DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --allow-change-held-packages"
+    gate.sh(host, f"{remove} nvidia-driver-580 2>/dev/null || true")  # when installed by an earlier apply
+    gate.sh(host, f'sudo python3 -c "{CLEAR_DRIVER}"')  # a host whose driver is not installed
+    assert gate.fleet.ssh(host, "nvidia-smi").returncode == 9
+    applied = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
+    )
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    (driver,) = [
+        s for s in json.loads(applied.stdout)["hosts"][host.name]["steps"] if s["op"] == "nvidia_driver"
+    ]
+    assert driver["status"] == "changed" and "xargs -r apt-mark hold" in driver["commands"][-1]
+    held = gate.sh(host, "apt-mark showhold").split()
+    assert "nvidia-driver-580" in held and "nvidia-fabricmanager-580" in held
+    again = gate.vllmctl(
+        "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
+    )
+    assert json.loads(again.stdout)["hosts"][host.name]["recap"]["changed"] == 0, again.stdout[-3000:]

@@ -1,0 +1,78 @@
+"""The GPU health gate's judgement beyond the recorded cases: which Xids refuse a host, MIG only on the GPUs
+a model uses, and the line `vllmctl facts` shows; the playbook runs it before any engine starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllmctl.commands.facts import summarize
+from vllmctl.ops.gpu_health import RESET_XIDS, gpu_findings, verdict
+from vllmctl.tasks.playbooks import load_playbook
+
+FACTS = Path(__file__).parents[1] / "facts" / "gpu_health"
+
+
+def fact(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FACTS / f"{name}.json").read_text())["fact"]
+    return loaded
+
+
+def with_xid(code: int, text: str = "") -> dict[str, Any]:
+    return {**fact("hgx_h100_healthy"), "xid": [{"xid": code, "pci": "0000:18:00", "text": text}]}
+
+
+@pytest.mark.parametrize("code", sorted(RESET_XIDS))
+def test_every_reset_class_xid_since_boot_refuses_the_host(code: int) -> None:
+    (finding,) = gpu_findings(with_xid(code), None)
+    assert finding.check == "xid" and f"Xid {code}" in finding.evidence and "reboot" in finding.fix
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 94])  # application faults, contained ECC: restart the app
+def test_application_class_xids_do_not_refuse(code: int) -> None:
+    assert gpu_findings(with_xid(code), None) == []
+
+
+def test_xid_154_refuses_only_when_it_asks_for_a_reset_or_reboot() -> None:
+    assert gpu_findings(
+        with_xid(154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"), None
+    )
+    cleared = with_xid(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)")
+    assert gpu_findings(cleared, None) == []
+
+
+def test_mig_is_judged_only_on_the_gpus_a_model_uses() -> None:
+    health = fact("hgx_h100_healthy")
+    health["smi"]["gpus"][1]["mig_mode"] = "Enabled"
+    assert gpu_findings(health, [0]) == []
+    assert [f.check for f in gpu_findings(health, [1])] == ["mig"]
+    assert [f.check for f in gpu_findings(health, None)] == ["mig"]
+
+
+def test_fabric_matters_only_where_there_are_nvswitches() -> None:
+    health = fact("hgx_h100_healthy")
+    for gpu in health["smi"]["gpus"]:
+        gpu["fabric_state"], gpu["fabric_status"] = "Not Started", None
+    assert {f.check for f in gpu_findings(health, None)} == {"fabric"}
+    assert gpu_findings({**health, "nvswitch": []}, None) == []
+
+
+def test_facts_shows_the_verdict() -> None:
+    assert summarize("gpu_health", fact("hgx_h100_healthy")) == "healthy: 2 GPUs, fabric Completed"
+    shown = summarize("gpu_health", fact("hgx_fabric_in_progress_xid_mig"))
+    assert shown.startswith("refused: fabric: GPU 0") and "Xid 79" in shown and "mig: GPU 1" in shown
+    assert verdict(None) == "-"
+    assert summarize("gpu_health", fact("not_installed_nouveau_loaded")).startswith("no nvidia-smi here")
+    assert summarize("gpu_health", fact("no_driver")).startswith(
+        "refused: nvidia-smi: nvidia-smi -q: no-driver"
+    )
+
+
+def test_site_runs_the_gate_in_its_own_phase_right_before_the_services() -> None:
+    phases = [phase.name for phase in load_playbook("site").phases]
+    assert phases[phases.index("services") - 1] == "gpu"
+    (gate,) = load_playbook("site").phases[phases.index("gpu")].tasks
+    assert gate.task == "gpu_health"
