@@ -103,6 +103,7 @@ class _HostRun:
             owner = self.opts.lock_owner if lock_now else None
             facts = self.remote.begin(requests, owner, self.opts.break_lock, self.timeout())
             self.locked = lock_now
+            self._note_stale()
             # planned once from these facts; planned again only from facts gathered later
             first = [plan_calls(phase_list, facts) for _, phase_list in calls]
             planned: list[list[Step]] | None = first
@@ -113,6 +114,7 @@ class _HostRun:
                 emit(self.ctx.host.name, "facts", "locking and gathering facts again")
                 facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
                 self.locked, planned = True, None
+                self._note_stale()
             for index, (phase, phase_list) in enumerate(calls):
                 steps = planned[index] if planned is not None else plan_calls(phase_list, facts)
                 changed = self._run_steps(phase.name, steps, emit)
@@ -174,6 +176,11 @@ class _HostRun:
         if not self.locked:
             self.remote.begin({}, self.opts.lock_owner, False, self.timeout())
             self.locked = True
+            self._note_stale()
+
+    def _note_stale(self) -> None:
+        if self.remote.stale_broken:
+            self.result.broke_lock = self.remote.stale_broken
 
     def _gate(self, emit: Event) -> None:
         assert self.opts.after_host is not None
