@@ -7,8 +7,10 @@ before its engines stop. The clock is passed in, so the logic tests without SSH.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
+from vllmctl.runner.interrupt import STOP, Interrupted, deferred, reason
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult, StepResult
@@ -51,6 +54,7 @@ class RunOptions:
     # the rollout: asked before a host's engines stop (and drains it from the gateway), told after its
     # release is decided; it holds a host back when the rollout stopped or a model would lose its replicas
     guard: EngineGuard | None = None
+    stop: threading.Event = STOP  # set by a signal: each host stops at its next step boundary
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening
@@ -126,6 +130,7 @@ class _HostRun:
             failed_in = next((s.phase for s in self.result.steps if s.status == "failed"), "")
             self.released = failed_in == GATED_PHASE
             if self.opts.after_host and not self.opts.check and failed_in in ("", GATED_PHASE):
+                self._stop_if_asked("its release gate")
                 self._gate(emit)
         except HeldBack as exc:
             self.result.status, self.result.error = "skipped", exc.message
@@ -178,6 +183,11 @@ class _HostRun:
             self.locked = True
             self._note_stale()
 
+    def _stop_if_asked(self, before: str) -> None:
+        if self.opts.stop.is_set():
+            why = f"{reason()} before {before}"
+            raise Interrupted(why, "apply again: it plans from what the host has now")
+
     def _note_stale(self) -> None:
         if self.remote.stale_broken:
             self.result.broke_lock = self.remote.stale_broken
@@ -209,6 +219,7 @@ class _HostRun:
             if self.opts.check:
                 self.result.steps.append(StepResult(phase, step, "planned", diff=diff))
                 continue
+            self._stop_if_asked(f"{step.op} {step.target}")
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
             self._take_out(phase, step)
             for action in step.actions:
@@ -285,7 +296,9 @@ def run_playbook(
         result.hosts.update(outcomes)
         failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
         stopped = opts.guard.stopped if opts.guard is not None else ""
-        if stopped:
+        if opts.stop.is_set():
+            result.aborted = reason()
+        elif stopped:
             result.aborted = stopped
         elif limit is not None and failed and 100.0 * failed / len(batch) > limit:
             why = f"(max_fail_percentage {limit:g})"
@@ -308,24 +321,44 @@ def _run_batch(
     clock: Callable[[], float],
     emit: Event,
 ) -> dict[str, HostResult]:
+    finished: dict[str, HostResult] = {}  # kept by the worker: a signal may land before a future is stored
+
     def one(name: str) -> HostResult:
         try:
             remote = connect(contexts[name])
         except VllmctlError as exc:
-            return HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
-        return _HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+            finished[name] = HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
+            return finished[name]
+        finished[name] = _HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+        return finished[name]
 
     outcomes: dict[str, HostResult] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(opts.forks, len(batch))), thread_name_prefix="vllmctl")
-    futures = {name: pool.submit(one, name) for name in batch}
-    wait(futures.values(), timeout=opts.host_timeout_s + 60)
-    for name, future in futures.items():
-        if not future.done():
+    futures: dict[str, Future[HostResult]] = {}
+    try:
+        with deferred():  # a signal now sets opts.stop: the hosts stop at a step boundary, then clean up
+            for name in batch:
+                futures[name] = pool.submit(one, name)
+            deadline = time.monotonic() + opts.host_timeout_s + 60
+            while time.monotonic() < deadline:
+                if not wait(futures.values(), timeout=0.5).not_done:
+                    break
+    except KeyboardInterrupt:  # Ctrl-C outside the CLI (no handler), or a second signal
+        opts.stop.set()  # the hosts stop at their next step boundary and clean up
+        pool.shutdown(wait=True, cancel_futures=True)
+    for name in batch:
+        future = futures.get(name)
+        if name in finished:
+            outcomes[name] = finished[name]
+        elif future is None or future.cancelled():
+            outcomes[name] = HostResult(name, "skipped", error=f"not started: {reason()}")
+        elif not future.done():
             outcomes[name] = HostResult(name, "failed", error=f"{name}: no answer within the host deadline")
-            continue
-        try:
-            outcomes[name] = future.result()
-        except Exception as exc:  # a bug on one host must not hide the others' results
-            outcomes[name] = HostResult(name, "failed", error=f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            try:
+                outcomes[name] = future.result()
+            except Exception as exc:  # a bug on one host must not hide the others' results
+                error = f"internal error: {type(exc).__name__}: {exc}"
+                outcomes[name] = HostResult(name, "failed", error=error)
     pool.shutdown(wait=False, cancel_futures=True)
     return outcomes
