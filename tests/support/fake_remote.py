@@ -23,6 +23,7 @@ class FakeHost:
     users: dict[str, dict[str, Any]] = field(default_factory=dict)
     units: dict[str, dict[str, str]] = field(default_factory=dict)
     lock: str | None = None
+    lock_stale: bool = False  # the lock's owner died on this controller: SshRemote.begin would break it
     audit: list[str] = field(default_factory=list)
     executed: list[str] = field(default_factory=list)
     fail_on: str | None = None  # a substring of a command that fails
@@ -36,6 +37,7 @@ class FakeRemote:
     def __init__(self, host: FakeHost, clock: list[float], log: list[str]) -> None:
         self.host, self.clock, self.log = host, clock, log
         self.mutex = threading.Lock()
+        self.stale_broken = ""
 
     def _facts(self, requests: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
         h = self.host
@@ -75,8 +77,11 @@ class FakeRemote:
     ) -> dict[str, Any]:
         if self.host.unreachable:
             raise TransportError(f"{self.host.name}: unreachable (no answer within 1s)", "check the address")
+        self.stale_broken = ""
         if break_lock:
             self.host.lock = None
+        if self.host.lock is not None and self.host.lock_stale:
+            self.stale_broken, self.host.lock, self.host.lock_stale = self.host.lock, None, False
         if self.host.lock is not None:
             raise HostLockedError(self.host.name, self.host.lock)
         if lock_owner:

@@ -58,6 +58,7 @@ class LocalRemote:
             (root / "bin" / tool).chmod(0o755)
         self.audit: list[dict[str, Any]] = []
         self.closed = False
+        self.stale_broken = ""
 
     def local(self, path: str) -> Path:
         return self.root / path.lstrip("/")

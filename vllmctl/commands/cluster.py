@@ -106,7 +106,7 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
 def _gate_options(args: argparse.Namespace, inv: Inventory) -> GroupGateOptions:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     return GroupGateOptions(
-        owner=lock_owner(now),
+        owner=lock_owner(now, "cluster"),
         created_at=now,
         inventory_digest=inventory_digest(Path(args.inventory).read_text()),
         command_timeout_s=options.bookkeeping_timeout(args),

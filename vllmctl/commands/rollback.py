@@ -19,6 +19,7 @@ from vllmctl.runner.engine_watch import wait_for_health
 from vllmctl.runner.fleet import api_keys, planned_inventory, select_hosts, ssh_remote
 from vllmctl.runner.history import RemoteFor
 from vllmctl.runner.rollback import RollbackOptions, RollbackRun, rollback
+from vllmctl.runner.view import stale_lock_note
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,7 +46,7 @@ def run(
     inventory = planned_inventory(load_inventory(args.inventory))
     selected = select_hosts(inventory, args.limit)
     opts = RollbackOptions(
-        owner=lock_owner(datetime.now(UTC).isoformat(timespec="seconds")),
+        owner=lock_owner(datetime.now(UTC).isoformat(timespec="seconds"), "rollback"),
         to=args.to,
         forks=args.forks,
         command_timeout_s=args.timeout,
@@ -90,6 +91,8 @@ def _show_plan(ui: Ui, found: RollbackRun, as_json: bool) -> None:
 
 def _show_done(ui: Ui, found: RollbackRun, as_json: bool) -> None:
     for o in found.hosts:
+        if o.broke_lock:
+            ui.warn(f"{o.host}: {stale_lock_note(o.broke_lock)}")
         if o.ok:
             ui.info(f"{o.host}: {o.from_id or '-'} → {o.to_id}, serving again after {o.seconds:.1f}s")
         else:

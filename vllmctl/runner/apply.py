@@ -292,12 +292,12 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
             host.rollout = guard.host_events(name)
     groups = []
-    if clusters:
+    if clusters and not opts.stop.is_set():  # an interrupted run starts nothing more
         groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, guard, ui)
         result.aborted = result.aborted or (guard.stopped if guard is not None else "")
     verdict = None
     gateway_changed = guard is not None and guard.gateway is not None and result.changed
-    if gateway_changed and opts.after_host is not None and not result.failed:
+    if gateway_changed and opts.after_host is not None and not result.failed and not opts.stop.is_set():
         from vllmctl.runner.engine_watch import smoke_bench
         from vllmctl.runner.gateway_gate import gateway_gate
 

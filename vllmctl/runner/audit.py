@@ -11,13 +11,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vllmctl.runner.lock_owner import Controller, Owner, format_owner
 
-def lock_owner(now_iso: str) -> str:
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def lock_owner(now_iso: str, command: str = "apply") -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # a container user with no passwd entry and no $USER
         user = f"uid{os.getuid()}"
-    return f"{user}@{socket.gethostname()} pid={os.getpid()} since={now_iso}"
+    here = this_controller()
+    return format_owner(Owner(user, here.host, os.getpid(), now_iso, here.boot, command))
+
+
+def this_controller() -> Controller:
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:  # no boot id (not Linux): no lock of ours is ever judged stale
+        boot = ""
+    return Controller(socket.gethostname(), boot)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def local_audit_path(environ: Mapping[str, str]) -> Path:

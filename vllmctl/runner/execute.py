@@ -5,6 +5,7 @@ in, so the logic tests without SSH."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Command, Step
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
+from vllmctl.runner.interrupt import STOP, Interrupted, reason
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, StepResult
@@ -48,6 +50,7 @@ class RunOptions:
     # the rollout: asked before a host's engines stop (and drains it from the gateway), told after its
     # release is decided; it holds a host back when the rollout stopped or a model would lose its replicas
     guard: EngineGuard | None = None
+    stop: threading.Event = STOP  # set by a signal: each host stops at its next step boundary
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening
@@ -100,6 +103,7 @@ class HostRun:
             owner = self.opts.lock_owner if lock_now else None
             facts = self.remote.begin(requests, owner, self.opts.break_lock, self.timeout())
             self.locked = lock_now
+            self._note_stale()
             # planned once from these facts; planned again only from facts gathered later
             first = [plan_calls(phase_list, facts) for _, phase_list in calls]
             planned: list[list[Step]] | None = first
@@ -110,6 +114,7 @@ class HostRun:
                 emit(self.ctx.host.name, "facts", "locking and gathering facts again")
                 facts = self.remote.begin(requests, self.opts.lock_owner, False, self.timeout())
                 self.locked, planned = True, None
+                self._note_stale()
             for index, (phase, phase_list) in enumerate(calls):
                 steps = planned[index] if planned is not None else plan_calls(phase_list, facts)
                 changed = self._run_steps(phase.name, steps, emit)
@@ -121,6 +126,7 @@ class HostRun:
             failed_in = next((s.phase for s in self.result.steps if s.status == "failed"), "")
             self.released = failed_in == GATED_PHASE
             if self.opts.after_host and not self.opts.check and failed_in in ("", GATED_PHASE):
+                self._stop_if_asked("its release gate")
                 self._gate(emit)
         except HeldBack as exc:
             self.result.status, self.result.error = "skipped", exc.message
@@ -171,6 +177,16 @@ class HostRun:
         if not self.locked:
             self.remote.begin({}, self.opts.lock_owner, False, self.timeout())
             self.locked = True
+            self._note_stale()
+
+    def _stop_if_asked(self, before: str) -> None:
+        if self.opts.stop.is_set():
+            why = f"{reason()} before {before}"
+            raise Interrupted(why, "apply again: it plans from what the host has now")
+
+    def _note_stale(self) -> None:
+        if self.remote.stale_broken:
+            self.result.broke_lock = self.remote.stale_broken
 
     def _gate(self, emit: Event) -> None:
         assert self.opts.after_host is not None
@@ -199,6 +215,7 @@ class HostRun:
             if self.opts.check:
                 self.result.steps.append(StepResult(phase, step, "planned", diff=diff))
                 continue
+            self._stop_if_asked(f"{step.op} {step.target}")
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
             self._take_out(phase, step)
             for action in step.actions:

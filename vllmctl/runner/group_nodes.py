@@ -27,7 +27,7 @@ from vllmctl.releases.group import group_listing_command, parse_group_listing
 from vllmctl.releases.group_history import GroupNodes
 from vllmctl.releases.host import HostReleases
 from vllmctl.runner.fleet import fan_out
-from vllmctl.runner.remote import Remote, SshRemote, finish_script, lock_script, raise_if_locked
+from vllmctl.runner.remote import Remote, SshRemote, finish_script
 from vllmctl.tasks.desired import env_path, unit_name
 from vllmctl.transport import Result, SshTransport
 from vllmctl.transport.target import http_address
@@ -65,13 +65,9 @@ class Nodes:
             self._lock(lock_owner, break_lock)
 
     def _lock(self, owner: str, break_lock: bool) -> None:
-        script = lock_script(owner, break_lock)
-
         def take(node: str) -> str:
-            result = self.remotes[node].execute(Command(shell=script), self.timeout_s)
-            raise_if_locked(node, result)
-            if not result.ok:
-                raise replace(result, host=node).error("taking the host lock")
+            # as apply's: a stale lock is broken there, with a line in the node's audit log
+            self.remotes[node].begin({}, owner, break_lock, self.timeout_s)
             return node
 
         done = fan_out(self.names, take, FORKS)

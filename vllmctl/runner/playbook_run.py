@@ -4,11 +4,13 @@ before its engines stop, and once it stopped, later batches are not started."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from vllmctl.errors import VllmctlError
 from vllmctl.runner.execute import Event, HostRun, RunOptions
+from vllmctl.runner.interrupt import deferred, reason
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, RunResult
 from vllmctl.tasks.desired import HostContext
@@ -40,7 +42,9 @@ def run_playbook(
         result.hosts.update(outcomes)
         failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
         stopped = opts.guard.stopped if opts.guard is not None else ""
-        if stopped:
+        if opts.stop.is_set():
+            result.aborted = reason()
+        elif stopped:
             result.aborted = stopped
         elif limit is not None and failed and 100.0 * failed / len(batch) > limit:
             why = f"(max_fail_percentage {limit:g})"
@@ -63,24 +67,44 @@ def _run_batch(
     clock: Callable[[], float],
     emit: Event,
 ) -> dict[str, HostResult]:
+    finished: dict[str, HostResult] = {}  # kept by the worker: a signal may land before a future is stored
+
     def one(name: str) -> HostResult:
         try:
             remote = connect(contexts[name])
         except VllmctlError as exc:
-            return HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
-        return HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+            finished[name] = HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
+            return finished[name]
+        finished[name] = HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+        return finished[name]
 
     outcomes: dict[str, HostResult] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(opts.forks, len(batch))), thread_name_prefix="vllmctl")
-    futures = {name: pool.submit(one, name) for name in batch}
-    wait(futures.values(), timeout=opts.host_timeout_s + 60)
-    for name, future in futures.items():
-        if not future.done():
+    futures: dict[str, Future[HostResult]] = {}
+    try:
+        with deferred():  # a signal now sets opts.stop: the hosts stop at a step boundary, then clean up
+            for name in batch:
+                futures[name] = pool.submit(one, name)
+            deadline = time.monotonic() + opts.host_timeout_s + 60
+            while time.monotonic() < deadline:
+                if not wait(futures.values(), timeout=0.5).not_done:
+                    break
+    except KeyboardInterrupt:  # Ctrl-C outside the CLI (no handler), or a second signal
+        opts.stop.set()  # the hosts stop at their next step boundary and clean up
+        pool.shutdown(wait=True, cancel_futures=True)
+    for name in batch:
+        future = futures.get(name)
+        if name in finished:
+            outcomes[name] = finished[name]
+        elif future is None or future.cancelled():
+            outcomes[name] = HostResult(name, "skipped", error=f"not started: {reason()}")
+        elif not future.done():
             outcomes[name] = HostResult(name, "failed", error=f"{name}: no answer within the host deadline")
-            continue
-        try:
-            outcomes[name] = future.result()
-        except Exception as exc:  # a bug on one host must not hide the others' results
-            outcomes[name] = HostResult(name, "failed", error=f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            try:
+                outcomes[name] = future.result()
+            except Exception as exc:  # a bug on one host must not hide the others' results
+                error = f"internal error: {type(exc).__name__}: {exc}"
+                outcomes[name] = HostResult(name, "failed", error=error)
     pool.shutdown(wait=False, cancel_futures=True)
     return outcomes

@@ -6,8 +6,9 @@ The lock is an atomic `mkdir` with an owner file; the audit line is appended whe
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -27,7 +28,9 @@ from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
 from vllmctl.paths import AUDIT_LOG, LOCK_DIR
 from vllmctl.render.quoting import shell_word
+from vllmctl.runner.audit import pid_alive, this_controller
 from vllmctl.runner.fact_cache import FactCache, Snapshot, requests_json
+from vllmctl.runner.lock_owner import Controller, is_stale
 from vllmctl.transport import Result, SshTransport
 
 LOCKED_MARK = "@@vllmctl-locked"
@@ -40,6 +43,7 @@ class HostLockedError(VllmctlError):
     """Another apply holds this host's lock."""
 
     def __init__(self, host: str, owner: str) -> None:
+        self.owner = owner
         super().__init__(
             f"{host}: locked by another apply ({owner or 'owner unknown'})",
             "wait for it to finish; if it died, run again with --break-lock",
@@ -47,10 +51,13 @@ class HostLockedError(VllmctlError):
 
 
 class Remote(Protocol):
+    stale_broken: str  # the owner of a stale lock the last `begin` broke ("" when none)
+
     def begin(
         self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
     ) -> dict[str, Any]:
-        """Gather facts after taking the lock, or (lock_owner None) after checking it is free."""
+        """Gather facts after taking the lock, or (lock_owner None) after checking it is free; a stale lock
+        (its owner died on this controller) is broken first."""
         ...
 
     def gather(self, requests: Requests, timeout: float) -> dict[str, Any]: ...
@@ -79,6 +86,16 @@ def lock_script(owner: str, break_lock: bool) -> str:
         + (f"rm -rf {LOCK_DIR}\n" if break_lock else "")
         + f"if ! mkdir {LOCK_DIR} 2>/dev/null; {_refuse_if_held()}"
         + f"printf '%s\\n' {shell_word(owner)} > {LOCK_DIR}/owner\n"
+    )
+
+
+def break_stale_script(owner: str, audit_line: str) -> str:
+    """Removes the lock only while it still names `owner` (a run that took it since keeps it), and says so
+    in the host's audit log."""
+    log_dir = AUDIT_LOG.rsplit("/", 1)[0]
+    return (
+        f'if [ "$(cat {LOCK_DIR}/owner 2>/dev/null)" = {shell_word(owner)} ]; then rm -rf {LOCK_DIR}; '
+        f"mkdir -p {log_dir} && printf '%s\\n' {shell_word(audit_line)} >> {AUDIT_LOG}; fi"
     )
 
 
@@ -115,14 +132,42 @@ class SshRemote:
     """`cache` turns on the no-op fast path: an unlocked `begin` first reads the witness of the facts an
     earlier no-op run kept, as the SSH user (no sudo, no PID 1), and reuses those facts when it matches."""
 
-    def __init__(self, transport: SshTransport, cache: FactCache | None = None) -> None:
+    def __init__(
+        self,
+        transport: SshTransport,
+        cache: FactCache | None = None,
+        here: Controller | None = None,
+        alive: Callable[[int], bool] = pid_alive,
+    ) -> None:
         self.transport = transport
         self.name = transport.host.name
         self.cache = cache
+        self.here, self.alive = here, alive
+        self.stale_broken = ""
         self.reused = False  # the last begin's facts came from the cache
         self._candidate: Snapshot | None = None  # what the last begin read under sudo, fit to be kept
 
     def begin(
+        self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
+    ) -> dict[str, Any]:
+        self.stale_broken = ""
+        try:
+            return self._begin(requests, lock_owner, break_lock, timeout)
+        except HostLockedError as exc:
+            if self.here is None:
+                self.here = this_controller()
+            if not is_stale(exc.owner, self.here, self.alive):
+                raise
+            record = {"time": time.time(), "by": lock_owner, "event": "broke stale lock", "owner": exc.owner}
+            script = break_stale_script(exc.owner, json.dumps(record, sort_keys=True))
+            result = self.transport.run(script, sudo=True, timeout=timeout)
+            if not result.ok:
+                raise replace(result, host=self.name).error("breaking a stale lock") from exc
+            facts = self._begin(requests, lock_owner, break_lock, timeout)
+            self.stale_broken = exc.owner
+            return facts
+
+    def _begin(
         self, requests: Requests, lock_owner: str | None, break_lock: bool, timeout: float
     ) -> dict[str, Any]:
         self.reused, self._candidate = False, None

@@ -46,6 +46,7 @@ class HostResult:
     release: dict[str, Any] = field(default_factory=dict)  # the release gate's outcome, when it ran
     gateway: list[dict[str, Any]] = field(default_factory=list)  # drained / ready in the gateway, in order
     rollout: list[dict[str, Any]] = field(default_factory=list)  # taken out / held back / put back
+    broke_lock: str = ""  # the owner of a stale lock (its run died on this controller) this run broke
 
     def count(self, status: StepStatus) -> int:
         return sum(1 for step in self.steps if step.status == status)
@@ -73,6 +74,7 @@ class HostResult:
             "release": self.release or None,
             "gateway": self.gateway or None,
             "rollout": self.rollout or None,
+            "broke_lock": self.broke_lock or None,
             "steps": [step.to_json() for step in self.steps],
         }
 

@@ -44,6 +44,7 @@ class HostRollback:
     seconds: float = 0.0  # rollback started → every endpoint healthy (or gave up)
     reasons: tuple[str, ...] = ()
     figures: dict[str, object] = field(default_factory=dict)
+    broke_lock: str = ""  # the owner of a stale lock (its run died on this controller) this run broke
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -53,6 +54,7 @@ class HostRollback:
             "seconds": round(self.seconds, 2),
             "reasons": list(self.reasons),
             "figures": self.figures,
+            "broke_lock": self.broke_lock or None,
         }
 
 
@@ -97,6 +99,7 @@ def roll_back_host(
     """Under the host lock: choose the target, stop → units from the release → start, wait for health."""
     host = ctx.host.name
     remote.begin({}, opts.owner, break_lock, opts.command_timeout_s)
+    broke = remote.stale_broken
     audit: dict[str, object] = {"to": to}
     try:
         state = read_releases(remote, host, opts.command_timeout_s)
@@ -106,7 +109,7 @@ def roll_back_host(
         verdict = activate(remote, ctx, target.manifest, opts)
         elapsed = opts.clock() - started
         outcome = HostRollback(
-            host, verdict.passed, state.current, target.id, elapsed, verdict.reasons, verdict.figures
+            host, verdict.passed, state.current, target.id, elapsed, verdict.reasons, verdict.figures, broke
         )
         audit = outcome.to_json()
         return outcome

@@ -72,6 +72,8 @@ def show_plan(ui: Ui, result: RunResult, verbose: bool = False) -> None:
 
 def show_failures(ui: Ui, result: RunResult) -> None:
     for name, host in result.hosts.items():
+        if host.broke_lock:
+            ui.warn(f"{name}: {stale_lock_note(host.broke_lock)}")
         if host.status in ("failed", "unreachable"):
             ui.error(f"{name}: {host.status}: {host.error}" + (f"\n  hint: {host.hint}" if host.hint else ""))
             for step in host.steps:
@@ -82,6 +84,10 @@ def show_failures(ui: Ui, result: RunResult) -> None:
         ui.error(f"stopped: {result.aborted}")
     if held:
         ui.warn("left as they were:\n" + "\n".join(f"  {name}: {why}" for name, why in held.items()))
+
+
+def stale_lock_note(owner: str) -> str:
+    return f"broke a stale lock ({owner}): the run that held it died on this controller"
 
 
 RECAP_COLUMNS = ("host", "ok", "changed", "failed", "unreachable", "skipped", "time")

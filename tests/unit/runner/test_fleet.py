@@ -39,4 +39,5 @@ def test_local_audit_goes_under_xdg_state_home(tmp_path: Path) -> None:
 
 def test_lock_owner_says_who_where_and_since_when() -> None:
     owner = lock_owner("2026-01-01T00:00:00+00:00")
-    assert "@" in owner and " pid=" in owner and owner.endswith(" since=2026-01-01T00:00:00+00:00")
+    assert "@" in owner and " pid=" in owner and " since=2026-01-01T00:00:00+00:00" in owner
+    assert owner.endswith(" cmd=apply")

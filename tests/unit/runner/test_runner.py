@@ -160,6 +160,16 @@ def test_a_held_lock_refuses_that_host_and_break_lock_clears_it() -> None:
     assert not fleet.run(break_lock=True).failed
 
 
+def test_a_stale_lock_broken_by_the_remote_is_named_in_the_hosts_result() -> None:
+    fleet = Fleet(["h1"])
+    fleet.hosts["h1"].lock, fleet.hosts["h1"].lock_stale = "me@ctl pid=9 boot=b1 cmd=apply", True
+    result = fleet.run()
+    assert result.hosts["h1"].status == "ok"
+    assert result.hosts["h1"].broke_lock == "me@ctl pid=9 boot=b1 cmd=apply"
+    assert result.hosts["h1"].to_json()["broke_lock"] == "me@ctl pid=9 boot=b1 cmd=apply"
+    assert fleet.hosts["h1"].lock is None and fleet.hosts["h1"].executed
+
+
 def test_batches_and_max_fail_percentage_skip_later_batches() -> None:
     fleet = Fleet()
     fleet.hosts["h1"].unreachable = True
