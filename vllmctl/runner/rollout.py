@@ -111,8 +111,9 @@ class RolloutGuard:
 
     def serving(self, models: Iterable[str]) -> Serving:
         """Who of `models` serves now: UP on every gateway host or, where no gateway answers for a model,
-        each replica whose /health answers."""
-        wanted = [r for r in self.replicas if r.model in set(models)]
+        each replica that passes `probe` (the gate's readiness probe by default)."""
+        names = set(models)
+        wanted = [r for r in self.replicas if r.model in names]
         up: set[str] | None = None
         behind: Container[str] = self.gateway.gateway.ports if self.gateway is not None else {}
         if any(r.model in behind for r in wanted):
