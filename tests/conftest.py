@@ -193,7 +193,10 @@ def deployment_inventory(fleet: LabFleet, model_dir: Path) -> dict[str, Any]:
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(index % cores)}
         doc["hosts"][name]["vars"] = {"env": env}
     doc["secrets"] = {"hf_token": {"env": "VLLMCTL_TEST_HF_TOKEN"}}
-    doc["models"] = {MODEL: {"source": str(model_dir), "hosts": engine_hosts, "port": PORT}}
+    # both engines restart together (min_available 0: each has its own core); the gateway tests, which
+    # prove the rolling release, ask for min_available 1 again
+    model = {"source": str(model_dir), "hosts": engine_hosts, "port": PORT, "min_available": 0}
+    doc["models"] = {MODEL: model}
     return doc
 
 

@@ -34,24 +34,29 @@ def _plan(args: Args, facts: Facts) -> Step:
     driver = running_driver(facts.get("gpus"))
     if driver is None:
         return noop("fabric_manager", package, "no running driver yet: Fabric Manager follows its version")
-    installed = dict(health.get("packages", {})).get(package)
+    packages = dict(health.get("packages", {}))
+    installed = packages.get(package)
+    # another branch's package has its own name and apt's resolver will not remove it while it is held
+    # (a branch change), so it is unheld and removed in the same transaction
+    others = sorted(p for p in packages if p.startswith("nvidia-fabricmanager-") and p != package)
     held = package in health.get("held", [])
     service = dict((facts.get("services") or {}).get(FM_SERVICE, {}))
     enabled = service.get("unit_file_state") == "enabled"
     active = service.get("active_state") == "active"
     target = f"{package} {driver}"
-    matches = installed is not None and upstream_version(installed) == driver
+    matches = installed is not None and upstream_version(installed) == driver and not others
     actions: list[Command] = []
     if not matches:
-        if installed is not None:
+        if installed is not None or others:
             # a Fabric Manager of another version refuses to start, or worse runs against the wrong driver
-            actions += [run("systemctl", "stop", FM_SERVICE), run("apt-mark", "unhold", package)]
+            unhold = [package] if installed is not None else []
+            actions += [run("systemctl", "stop", FM_SERVICE), run("apt-mark", "unhold", *unhold, *others)]
         actions += [
             run("apt-get", "update", "-q"),
             run(
                 "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
                 "--allow-downgrades", "--allow-change-held-packages", "-o", "Dpkg::Options::=--force-confold",
-                f"{package}={driver}-*",
+                f"{package}={driver}-*", *(f"{other}-" for other in others),
             ),
             run("systemctl", "daemon-reload"),  # the unit as the new package ships it
         ]  # fmt: skip

@@ -73,9 +73,11 @@ def may_take_out(
     broken replica being fixed). A model served only by this host has no spare: its restart is allowed and
     noted. Otherwise no other host of the model may be out (one serving host at a time, so a failure is
     counted before the next one is touched), and the other hosts' serving replicas must number at least
-    `min_available`."""
+    `min_available`. A model whose `min_available` is 0 asks for nothing: its hosts may all go at once."""
     notes: list[str] = []
     for model, wanted in sorted(min_available.items()):
+        if wanted <= 0:
+            continue
         mine = [r for r in replicas if r.model == model and r.host == host]
         others = [r for r in replicas if r.model == model and r.host != host]
         if not any(r.ref in serving for r in mine):

@@ -52,6 +52,7 @@ class Gateway:
 
     def inventory(self, name: str, engine_args: dict[str, Any] | None = None) -> Path:
         doc = copy.deepcopy(self.deployment.inventory_doc)
+        doc["models"][MODEL]["min_available"] = 1  # one replica serves while the other restarts (#37)
         if engine_args is not None:
             doc["models"][MODEL]["engine_args"] = engine_args
         doc["gateway"] = {

@@ -86,6 +86,12 @@ def test_min_available_counts_the_other_replicas_that_serve() -> None:
     assert may_take_out("a", {"tiny": 0}, three, {A.ref}, out=set()).verdict == "go"
 
 
+def test_min_available_0_lets_every_host_of_the_model_go_at_once() -> None:
+    decision = may_take_out("c", {"tiny": 0}, [A, B, C], {C.ref}, out={"a", "b"})
+    assert (decision.verdict, decision.notes) == ("go", ())
+    assert may_take_out("c", {"tiny": 1}, [A, B, C], {C.ref}, out={"a", "b"}).verdict == "wait"
+
+
 def test_enough_serving_replicas_stop_the_asking() -> None:
     asked: list[str] = []
 
