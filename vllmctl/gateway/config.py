@@ -72,6 +72,7 @@ def render_config(inventory: Inventory, ports: ReplicaPorts) -> str:
             "name": name,
             "port": port,
             "keys_file": keys_path(name) if gateway.check_api_key else "",
+            "balance": gateway.balance_of(name),
             "servers": [
                 {"name": s.name, "address": s.address, "port": s.port} for s in found if s.backend == name
             ],
@@ -85,6 +86,9 @@ def render_config(inventory: Inventory, ports: ReplicaPorts) -> str:
         "check_interval_ms": round(gateway.check_interval_s * 1000),
         "tls_pem": TLS_PEM if gateway.tls else "",
         "metrics_port": gateway.metrics_port or 0,
+        "hash_balance_factor": gateway.hash_balance_factor,
+        "prefix_bytes": gateway.prefix_bytes,
+        "session_header": gateway.session_header,
         "models": models,
     }
     return render_template("haproxy.cfg.j2", context)

@@ -131,6 +131,7 @@ def _gateway(raw: Any, hosts: tuple[str, ...]) -> GatewaySpec | None:
         return None
     tls = raw.get("tls")
     metrics = raw.get("metrics_port")
+    default_balance = str(raw.get("balance", "leastconn"))
     return GatewaySpec(
         hosts=hosts,
         ports={name: int(body["port"]) for name, body in raw["models"].items()},
@@ -140,6 +141,10 @@ def _gateway(raw: Any, hosts: tuple[str, ...]) -> GatewaySpec | None:
         check_interval_s=float(raw.get("check_interval_s", GatewaySpec.check_interval_s)),
         drain_timeout_s=float(raw.get("drain_timeout_s", GatewaySpec.drain_timeout_s)),
         metrics_port=int(metrics) if metrics is not None else None,
+        balance={name: str(body.get("balance", default_balance)) for name, body in raw["models"].items()},
+        hash_balance_factor=int(raw.get("hash_balance_factor", GatewaySpec.hash_balance_factor)),
+        prefix_bytes=int(raw.get("prefix_bytes", GatewaySpec.prefix_bytes)),
+        session_header=str(raw.get("session_header", GatewaySpec.session_header)),
     )
 
 

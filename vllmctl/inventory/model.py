@@ -183,6 +183,13 @@ class GatewaySpec:
     check_interval_s: float = 2.0
     drain_timeout_s: float = 120.0
     metrics_port: int | None = None
+    balance: dict[str, str] = field(default_factory=dict)  # model -> "leastconn" | "prefix"
+    hash_balance_factor: int = 125  # prefix mode: no server over 1.25x the mean load (bounded loads)
+    prefix_bytes: int = 256  # prefix mode: bytes of each hashed part of the request
+    session_header: str = "x-session-id"  # prefix mode: a client's session id, hashed when present
+
+    def balance_of(self, model: str) -> str:
+        return self.balance.get(model, "leastconn")
 
 
 @dataclass(frozen=True)

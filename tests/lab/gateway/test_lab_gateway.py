@@ -9,6 +9,7 @@ fails. The deployment's release serves again at the end; HAProxy is removed."""
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import os
 import shlex
@@ -50,7 +51,7 @@ class Gateway:
     def url(self) -> str:
         return f"http://{self.host.address}:{GATEWAY_PORT}"
 
-    def inventory(self, name: str, engine_args: dict[str, Any] | None = None) -> Path:
+    def inventory(self, name: str, engine_args: dict[str, Any] | None = None, balance: str = "") -> Path:
         doc = copy.deepcopy(self.deployment.inventory_doc)
         doc["models"][MODEL]["min_available"] = 1  # one replica serves while the other restarts (#37)
         if engine_args is not None:
@@ -61,6 +62,8 @@ class Gateway:
             "check_interval_s": CHECK_INTERVAL_S,
             "drain_timeout_s": 60,
         }
+        if balance:
+            doc["gateway"]["balance"] = balance
         return Path(self.deployment.write_inventory(name, doc))
 
     def vllmctl(self, *argv: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
@@ -201,18 +204,57 @@ def test_a_config_haproxy_refuses_is_never_switched_in(gateway: Gateway) -> None
     gateway.wait_status("UP", 2, within_s=10)
 
 
+def requests_by_server(gateway: Gateway) -> dict[str, int]:
+    """Each server's total requests so far (`stot` in `show stat`)."""
+    text = gateway.root(gateway.host, SHOW_STAT.render()).lstrip().removeprefix("# ")
+    rows = csv.DictReader(text.splitlines())
+    return {r["svname"]: int(r["stot"]) for r in rows if r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def test_prefix_routing_keeps_each_conversation_and_session_on_one_replica(gateway: Gateway) -> None:
+    code, _, output = gateway.deployment.apply(gateway.inventory("prefix.yml", balance="prefix"))
+    assert code == 0, output[-6000:]
+    config = gateway.root(gateway.host, f"cat {HAPROXY_CONFIG}")
+    assert "balance hash var(txn.affinity)" in config and "hash-balance-factor 125" in config
+    gateway.wait_status("UP", 2, within_s=60)
+    landed: list[set[str]] = []
+    with httpx.Client(trust_env=False, timeout=60) as client:
+
+        def send(body: dict[str, Any], headers: dict[str, str] | None = None) -> set[str]:
+            before = requests_by_server(gateway)
+            reply = client.post(f"{gateway.url}/v1/completions", json=body, headers=headers or {})
+            assert reply.status_code == 200, reply.text[-500:]
+            after = requests_by_server(gateway)
+            return {name for name in after if after[name] > before.get(name, 0)}
+
+        for conversation in range(4):  # a prompt that grows turn by turn past its first 256 bytes
+            opening = f"Conversation {conversation}. " + "The user and the assistant talk. " * 10
+            servers = set()
+            for turn in range(3):
+                prompt = opening + "".join(f" Turn {t}: ok." for t in range(turn + 1))
+                servers |= send({"model": MODEL, "prompt": prompt, "max_tokens": 1})
+            landed.append(servers)
+        sessions = set()
+        for turn in range(3):
+            body = {"model": MODEL, "prompt": f"unrelated {turn}", "max_tokens": 1}
+            sessions |= send(body, {"x-session-id": "session-7"})
+    assert all(len(servers) == 1 for servers in landed), landed
+    assert len(sessions) == 1, sessions
+
+
 def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gateway: Gateway) -> None:
+    """Through a `prefix` gateway (#31): a drained replica leaves the hash ring and comes back."""
     gateway.failures.clear()
     started = time.time()
     with Stream(gateway):
         time.sleep(2)
-        code, doc, output = gateway.deployment.apply(gateway.inventory("seqs3.yml", {"max_num_seqs": 3}))
+        seqs3 = gateway.inventory("seqs3.yml", {"max_num_seqs": 3}, balance="prefix")
+        code, doc, output = gateway.deployment.apply(seqs3)
         assert code == 0, output[-6000:]
         assert doc["gateway_gate"]["passed"], doc["gateway_gate"]  # the smoke benchmark through the gateway
         engines = ",".join(h.name for h in gateway.deployment.engine_hosts)
-        rolled = gateway.vllmctl(
-            "rollback", str(gateway.inventory("gw.yml")), "--limit", engines, "--yes", "--json"
-        )
+        back_to = str(gateway.inventory("gw-prefix.yml", balance="prefix"))
+        rolled = gateway.vllmctl("rollback", back_to, "--limit", engines, "--yes", "--json")
         assert rolled.returncode == 0, rolled.stdout + rolled.stderr
         time.sleep(2)
     assert gateway.failures == [], gateway.failures[:5]

@@ -90,3 +90,47 @@ def test_bench_can_target_each_model_through_the_gateway() -> None:
     assert gateway_endpoints(_inventory(), ["other"]) == []
     with pytest.raises(InputError):
         gateway_endpoints(replace(_inventory(), gateway=None))
+
+
+def test_prefix_routing_hashes_the_session_or_the_prompts_start_with_bounded_loads() -> None:
+    inventory = _inventory(balance={"tiny": "prefix"}, hash_balance_factor=150, prefix_bytes=64)
+    text = render_config(inventory, two_on_b)
+    backend = text[text.index("\nbackend tiny") + 1 :]
+    assert backend.splitlines()[:4] == [
+        "backend tiny",
+        "    balance hash var(txn.affinity)",
+        "    hash-type consistent",
+        "    hash-balance-factor 150",
+    ]
+    frontend = text[text.index("frontend tiny") : text.index("\nbackend tiny")]
+    assert "option http-buffer-request" in frontend
+    rules = [
+        line.strip() for line in frontend.splitlines() if line.strip().startswith("http-request set-var")
+    ]
+    assert rules == [
+        "http-request set-var(txn.affinity) req.hdr(x-session-id) if { req.hdr(x-session-id) -m found }",
+        "http-request set-var(txn.affinity) req.body,json_query('$.messages[0].content'),bytes(0,64) "
+        "if !{ var(txn.affinity) -m found }",
+        "http-request set-var(txn.turn) req.body,json_query('$.messages[1].content'),bytes(0,64) "
+        "if !{ req.hdr(x-session-id) -m found }",
+        "http-request set-var(txn.affinity) var(txn.affinity),concat(,txn.turn,) "
+        "if { var(txn.affinity) -m found } { var(txn.turn) -m found }",
+        "http-request set-var(txn.affinity) req.body,json_query('$.prompt'),bytes(0,64) "
+        "if !{ var(txn.affinity) -m found }",
+    ]
+
+
+def test_leastconn_stays_the_default_and_modes_mix_per_model() -> None:
+    assert "balance hash" not in render_config(_inventory(), two_on_b)
+    hosts = {n: _host(n, a) for n, a in (("a", "10.0.0.1"), ("gw", "10.0.0.9"))}
+    models = {m: ModelDeployment(m, f"org/{m}", ("a",), port=p) for m, p in (("chat", 8000), ("embed", 8001))}
+    spec = GatewaySpec(("gw",), {"chat": 9100, "embed": 9101}, balance={"chat": "prefix"})
+    text = render_config(Inventory("inv.yml", hosts, {}, models, gateway=spec), lambda h, m: (m.port,))
+    chat, embed = text[text.index("\nbackend chat") :], text[text.index("\nbackend embed") :]
+    assert "balance hash var(txn.affinity)" in chat.split("frontend")[0]
+    assert "balance leastconn" in embed and "http-buffer-request" not in text[text.index("frontend embed") :]
+
+
+def test_a_session_header_with_no_safe_spelling_stops_the_render() -> None:
+    with pytest.raises(QuotingError):
+        render_config(_inventory(balance={"tiny": "prefix"}, session_header="x id{"), two_on_b)
