@@ -108,14 +108,13 @@ class Release:
 
 @dataclass(frozen=True)
 class HostReleases:
-    """Everything a host has under RELEASES_DIR, oldest first, plus its pointers and engine venvs, and the
-    host lock's owner line when it is held ("" when its owner cannot be read)."""
+    """Everything a host has under RELEASES_DIR, oldest first, plus its pointers and engine venvs."""
 
     releases: tuple[Release, ...] = ()
     current: str | None = None
     known_good: str | None = None
     venvs: frozenset[str] = frozenset()
-    lock: str | None = None
+    lock: str | None = None  # the host lock's owner line while held ("" when its owner cannot be read)
 
     def get(self, release: str | None) -> Release | None:
         return next((r for r in self.releases if r.id == release), None)
