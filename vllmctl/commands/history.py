@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
@@ -12,6 +13,7 @@ from rich.table import Table
 from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
+from vllmctl.facts.lock import held_locks
 from vllmctl.releases.host import recovery_needed
 from vllmctl.runner.fleet import ssh_remote
 from vllmctl.runner.group_nodes import read_group_listings
@@ -90,6 +92,7 @@ def run(
     history = read_history(args.inventory, args.limit, args.timeout, args.forks, remote_for, read_groups)
     found, rows, groups = history.found, history.rows, history.groups
     failed = [s for s in found if s.error]
+    locks = held_locks({s.host: s.state.lock for s in found if s.state}, datetime.now(UTC))
     if args.json:
         ui.json(
             {
@@ -107,6 +110,7 @@ def run(
                     for s in found
                 },
                 "groups": groups,
+                "locks": {lock.host: lock.to_json() for lock in locks},
             }
         )
     else:
@@ -119,6 +123,8 @@ def run(
                 ui.table(group_table(group, shown))
             elif "releases" in shown:
                 ui.info(f"group {group}: no group releases on {', '.join(shown['nodes'])} yet")
+        for lock in locks:
+            ui.warn(lock.sentence())
     for s in found:
         action, reason = recovery_needed(s.state) if s.state else ("none", "")
         if action != "none" and not args.json:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from rich.live import Live
 
@@ -20,7 +21,14 @@ from vllmctl.runner import status as status_flow
 from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway import gateway_view
 from vllmctl.status.model import ModelStatus
-from vllmctl.status.view import findings, gateway_table, status_json, status_screen, status_table
+from vllmctl.status.view import (
+    findings,
+    gateway_table,
+    lock_lines,
+    status_json,
+    status_screen,
+    status_table,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,11 +60,11 @@ def _show_round(args: argparse.Namespace, ui: Ui, live: Live | None) -> Callable
     """A terminal redraws one screen in place; JSON and piped text get each round after the one before."""
 
     def show(statuses: list[ModelStatus]) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        stamp, now = time.strftime("%Y-%m-%dT%H:%M:%S%z"), datetime.now(UTC)
         if args.json:
-            ui.json_line({"time": stamp, **status_json(statuses)})
+            ui.json_line({"time": stamp, **status_json(statuses, now)})
             return
-        screen = status_screen(statuses, f"{stamp}  every {args.every:g}s, Ctrl-C to stop")
+        screen = status_screen(statuses, f"{stamp}  every {args.every:g}s, Ctrl-C to stop", now)
         if live is None:
             ui.out.print(screen)
         else:
@@ -82,12 +90,15 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     else:
         statuses = status_flow.gather(inv, hosts, plan, args.model, args.interval, args.timeout)
         gateway = gateway_view(inv, args.timeout)
+        now = datetime.now(UTC)
         if args.json:
-            ui.json({**status_json(statuses), **({"gateway": gateway} if gateway else {})})
+            ui.json({**status_json(statuses, now), **({"gateway": gateway} if gateway else {})})
         else:
             ui.table(status_table(statuses))
             if gateway:
                 ui.table(gateway_table(gateway))
+            for line in lock_lines(statuses, now):
+                ui.warn(line)
             for line in findings(statuses):
                 ui.info(line)
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE

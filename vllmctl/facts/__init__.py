@@ -5,6 +5,7 @@ from __future__ import annotations
 from vllmctl.facts.base import Fact
 from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
 from vllmctl.facts.gpu_health import GPU_HEALTH
+from vllmctl.facts.lock import LOCK
 from vllmctl.facts.provision import PROVISION_FACTS
 from vllmctl.facts.state import (
     APPLIED,
@@ -36,6 +37,7 @@ FACTS: dict[str, Fact] = {
         APPLIED,
         RELEASES,
         RELEASE_VENVS,
+        LOCK,
         PATHS,
         USERS,
     )

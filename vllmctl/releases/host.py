@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from vllmctl.errors import InputError, VllmctlError
-from vllmctl.paths import RELEASES_DIR, VENVS_DIR
+from vllmctl.facts.lock import is_lock_line, lock_command, lock_from_line
+from vllmctl.paths import LOCK_DIR, RELEASES_DIR, VENVS_DIR
 from vllmctl.render.quoting import http_url, shell_word
 
 MANIFEST = "manifest.json"
@@ -113,18 +114,23 @@ class HostReleases:
     current: str | None = None
     known_good: str | None = None
     venvs: frozenset[str] = frozenset()
+    lock: str | None = None  # the host lock's owner line while held ("" when its owner cannot be read)
 
     def get(self, release: str | None) -> Release | None:
         return next((r for r in self.releases if r.id == release), None)
 
 
-def listing_command(root: str = RELEASES_DIR, pointers_root: str | None = None) -> str:
-    """One round trip: every release's files and markers, the pointers, and which venvs exist.
+def listing_command(
+    root: str = RELEASES_DIR, pointers_root: str | None = None, lock_dir: str = LOCK_DIR
+) -> str:
+    """One round trip: the host lock if held, every release's files and markers, the pointers, and which
+    venvs exist. The lock comes first, so a host without releases still reports it.
 
     `pointers_root` is where `current` and `known-good` live when not beside the releases (group releases).
     """
     pointer = f"{shell_word(pointers_root)}/$p" if pointers_root else "$p"
     return (
+        f"{lock_command(lock_dir)}; "
         f"cd {shell_word(root)} 2>/dev/null || exit 0; "
         f"for p in {' '.join(POINTERS)}; do "
         f'printf \'{POINTER_MARK} %s %s\\n\' "$p" "$(readlink {pointer})"; done; '
@@ -155,9 +161,12 @@ def parse_listing(
     """Parse `listing_command` output; a manifest that cannot be read marks its release incomplete."""
     pointers: dict[str, str | None] = {}
     venvs: set[str] = set()
+    lock: str | None = None
     kept: list[str] = []
     for line in output.splitlines():
-        if line.startswith(f"{VENV_MARK} "):
+        if is_lock_line(line):
+            lock = lock_from_line(line)
+        elif line.startswith(f"{VENV_MARK} "):
             venvs.add(line.split(" ", 1)[1].strip())
         elif line.startswith(f"{POINTER_MARK} "):
             _, name, *target = line.split(" ", 2)
@@ -178,6 +187,7 @@ def parse_listing(
         pointers.get("current"),
         pointers.get("known-good"),
         frozenset(venvs),
+        lock,
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vllmctl.runner.lock_owner import Controller, Owner, format_owner
+from vllmctl.facts.lock_owner import Controller, Owner, format_owner
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 

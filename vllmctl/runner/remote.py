@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from vllmctl.errors import TransportError, VllmctlError
+from vllmctl.facts.lock_owner import Controller, is_stale
 from vllmctl.facts.script import build_script, one_write, parse_sections, section, split_sections
 from vllmctl.facts.witness import (
     covers,
@@ -30,7 +31,6 @@ from vllmctl.paths import AUDIT_LOG, LOCK_DIR
 from vllmctl.render.quoting import shell_word
 from vllmctl.runner.audit import pid_alive, this_controller
 from vllmctl.runner.fact_cache import FactCache, Snapshot, requests_json
-from vllmctl.runner.lock_owner import Controller, is_stale
 from vllmctl.transport import Result, SshTransport
 
 LOCKED_MARK = "@@vllmctl-locked"

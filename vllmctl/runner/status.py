@@ -57,10 +57,11 @@ def scrape(client: httpx.Client, endpoint: Endpoint, adapters: bool = False) -> 
 
 
 def gather_hosts(contexts: Mapping[str, HostContext], timeout_s: float) -> dict[str, dict[str, Any]]:
-    """Per host {"facts": units and release pointers, "manifest": the current release's} or {"error"}."""
+    """Per host {"facts": units, release pointers and the lock, "manifest": the current release's} or
+    {"error"}."""
 
     def one(remote: SshRemote) -> dict[str, Any]:
-        facts = remote.gather({"units": (), "releases": ()}, timeout_s)
+        facts = remote.gather({"units": (), "releases": (), "lock": ()}, timeout_s)
         return {"facts": facts, "manifest": json_or_none(remote.read_file(CURRENT_MANIFEST, timeout_s))}
 
     return on_each_host(contexts, one, forks=DEFAULT_FORKS)

@@ -80,6 +80,7 @@ def build_statuses(
                 restart_kv_tokens=recorded_restart_kv(gathered.get("manifest"), endpoint.model),
                 error=latest.error if latest.metrics is None else "",
                 adapters=last.adapters,
+                lock=host_facts.get("lock"),
             )
         )
     return statuses

@@ -103,6 +103,7 @@ class ModelStatus:
     notes: tuple[str, ...] = ()
     group: ClusterState | None = None  # a multi-node model: its Ray cluster, this entry being the head's
     adapters: tuple[str, ...] | None = None  # the LoRA adapters the replica serves (its /v1/models)
+    lock: str | None = None  # the host lock's owner line while held ("" when unreadable)
 
     @property
     def kv_tokens(self) -> int | None:

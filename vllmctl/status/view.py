@@ -5,12 +5,14 @@ display rows, a rich Table and JSON; flags a measured KV cache that strays from 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from vllmctl.facts.lock import HeldLock, held_locks
 from vllmctl.status.metrics import EngineMetrics, Rates
 from vllmctl.status.model import KV_DEVIATION_MAX, ModelStatus
 
@@ -133,11 +135,21 @@ def findings(statuses: Sequence[ModelStatus]) -> list[str]:
     return lines
 
 
-def status_screen(statuses: Sequence[ModelStatus], title: str = "") -> Group:
-    """What `status --watch` redraws each round: a title line, the table, then the findings."""
+def status_locks(statuses: Sequence[ModelStatus], now: datetime | None) -> list[HeldLock]:
+    """Each host's held lock once, by host name; without `now` their ages are unknown."""
+    by_host = {s.host: s.lock for s in sorted(statuses, key=lambda s: s.host)}
+    return held_locks(by_host, now)
+
+
+def lock_lines(statuses: Sequence[ModelStatus], now: datetime | None) -> list[str]:
+    return [lock.sentence() for lock in status_locks(statuses, now)]
+
+
+def status_screen(statuses: Sequence[ModelStatus], title: str = "", now: datetime | None = None) -> Group:
+    """What `status --watch` redraws each round: a title line, the table, the held locks, the findings."""
     parts: list[Table | Text] = [Text(title)] if title else []
     parts.append(status_table(statuses))
-    parts.extend(Text(line) for line in findings(statuses))
+    parts.extend(Text(line) for line in [*lock_lines(statuses, now), *findings(statuses)])
     return Group(*parts)
 
 
@@ -171,8 +183,8 @@ def _rates_json(r: Rates | None) -> dict[str, Any] | None:
     }
 
 
-def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
-    """Raw numbers for machines: one entry per engine process and an overall ok."""
+def status_json(statuses: Sequence[ModelStatus], now: datetime | None = None) -> dict[str, Any]:
+    """Raw numbers for machines: one entry per engine process, an overall ok, and each held host lock."""
     entries = [
         {
             "host": s.host,
@@ -198,7 +210,8 @@ def status_json(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
         }
         for s in sorted(statuses, key=lambda s: (s.host, s.model, s.port))
     ]
-    return {"ok": all(entry["ok"] for entry in entries), "entries": entries}
+    locks = {lock.host: lock.to_json() for lock in status_locks(statuses, now)}
+    return {"ok": all(entry["ok"] for entry in entries), "entries": entries, "locks": locks}
 
 
 def gateway_table(view: dict[str, dict[str, Any]]) -> Table:

@@ -1,6 +1,7 @@
 """On the lab: an apply killed with SIGTERM mid-run stops at a step boundary and leaves no lock; one killed
-with SIGKILL leaves a lock the next run on this controller breaks by itself, saying so; a lock whose owner
-lives, or that another controller wrote, still refuses with the --break-lock hint."""
+with SIGKILL leaves a lock that `history` and `status` show with its owner and age, and that the next run
+on this controller breaks by itself, saying so; a lock whose owner lives, or that another controller wrote,
+still refuses with the --break-lock hint."""
 
 from __future__ import annotations
 
@@ -48,6 +49,16 @@ def env(lab: dict[str, Any]) -> dict[str, str]:
 def apply(lab: dict[str, Any], *extra: str) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(argv(lab, *extra), capture_output=True, text=True, timeout=300, env=env(lab))
     return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def shown_lock(lab: dict[str, Any], command: str) -> dict[str, Any]:
+    """The lock `vllmctl history` or `vllmctl status` reports for the lab's host (--json)."""
+    argv = [sys.executable, "-m", "vllmctl", command, str(lab["inventory"]), "--json"]
+    argv += ["--limit", lab["host"].name, "--timeout", "60"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env(lab))
+    locks: dict[str, Any] = json.loads(done.stdout)["locks"]
+    assert list(locks) == [lab["host"].name], (locks, done.stderr)
+    return dict(locks[lab["host"].name])
 
 
 def sh(fleet: LabFleet, host: LabHostInfo, command: str) -> str:
@@ -98,6 +109,10 @@ def test_sigkill_leaves_a_lock_the_next_run_here_breaks_saying_so(lab: dict[str,
     assert process.wait(60) == -signal.SIGKILL
     owner = sh(fleet, host, f"sudo cat {LOCK}/owner").strip()
     assert f"pid={process.pid} " in owner and " boot=" in owner and owner.endswith(" cmd=apply")
+    for command in ("history", "status"):  # status reads the lock though no engine serves yet
+        shown = shown_lock(lab, command)
+        assert (shown["owner"], shown["pid"], shown["command"]) == (owner, process.pid, "apply"), command
+        assert 0 <= shown["age_s"] < 300, command
     time.sleep(5)  # the killed run's useradd ends on the host
     code, doc, stderr = apply(lab)
     assert code == 0, stderr

@@ -161,6 +161,22 @@ def test_listing_of_a_host_without_releases(tmp_path: Path) -> None:
     assert state.releases == () and state.current is None
 
 
+def test_listing_reports_a_held_lock_even_on_a_host_without_releases(tmp_path: Path) -> None:
+    lock, owner = tmp_path / "lock", "root@ctl pid=123 since=2026-11-28T03:00:00+00:00 boot=b1 cmd=apply"
+    listing = listing_command(lock_dir=str(lock))
+    assert parse_listing(_sh(listing, tmp_path).stdout, "gpu1").lock is None
+    lock.mkdir()
+    assert parse_listing(_sh(listing, tmp_path).stdout, "gpu1").lock == ""  # no owner file yet
+    (lock / "owner").write_text(owner + "\n")
+    assert not (tmp_path / "releases").exists()
+    assert parse_listing(_sh(listing, tmp_path).stdout, "gpu1").lock == owner
+    _write_release(tmp_path, "r1", True, {"passed": True, "reasons": [], "figures": {}})
+    assert _sh(pointer_switch("current", "r1"), tmp_path).returncode == 0
+    state = parse_listing(_sh(listing, tmp_path).stdout, "gpu1")
+    assert (state.lock, state.current) == (owner, "r1")
+    assert [(r.id, r.status) for r in state.releases] == [("r1", "good")]
+
+
 def test_history_rows_in_order_with_pointers_and_figures() -> None:
     state = host_state(
         {

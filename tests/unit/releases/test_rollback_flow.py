@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,40 @@ def test_commands_plan_without_yes_and_history_lists_in_order(
     table = out.getvalue()
     assert table.index("r1") < table.index("r2") and "SLO miss" in table and "known-good" in table
     assert "gpu1: current release r2 failed its gate" in err.getvalue()
+
+
+def test_history_shows_a_held_lock_with_its_owner_and_age(
+    host: LocalRemote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history_flow, "load_inventory", lambda path: _inventory())
+    out = io.StringIO()
+    assert history.run(_args(), Ui(out=out, err=io.StringIO()), remote_for=lambda ctx: host) == 0
+    assert json.loads(out.getvalue())["locks"] == {}
+
+    since = (datetime.now(UTC) - timedelta(minutes=4, seconds=12)).isoformat(timespec="seconds")
+    owner = f"root@ctl pid=123 since={since} boot=b1 cmd=apply"
+    lock = host.local("/var/lib/vllmctl/lock")
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text(owner + "\n")
+    out = io.StringIO()
+    assert history.run(_args(), Ui(out=out, err=io.StringIO()), remote_for=lambda ctx: host) == 0
+    shown = json.loads(out.getvalue())["locks"]["gpu1"]
+    assert shown.pop("age_s") in range(252, 252 + 60)
+    assert shown == {
+        "owner": owner,
+        "user": "root",
+        "host": "ctl",
+        "pid": 123,
+        "command": "apply",
+        "since": since,
+    }
+
+    monkeypatch.setenv("COLUMNS", "250")
+    err = io.StringIO()
+    assert history.run(_args(json=False), Ui(out=io.StringIO(), err=err), remote_for=lambda ctx: host) == 0
+    assert "no releases on the selected hosts yet" in err.getvalue()
+    assert "warning: gpu1: locked by root@ctl pid=123 (apply) for 4m" in err.getvalue()
+    assert "the next run on ctl breaks it" in err.getvalue()
 
 
 def test_a_held_back_host_gets_its_serving_release_units_back_and_nothing_restarts(host: LocalRemote) -> None:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import io
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from vllmctl import cli
 from vllmctl.bench.endpoints import Endpoint
+from vllmctl.commands import status as status_command
+from vllmctl.console import Ui
 from vllmctl.inventory import load_inventory
 from vllmctl.planner.inventory_plan import InventoryPlan
+from vllmctl.runner import status as status_flow
 from vllmctl.runner.status import scrape_all
 from vllmctl.status.build import Scrape, build_statuses
 from vllmctl.status.metrics import parse_metrics
+
+from .test_plan_from_status_command import _inventory
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
 QUEUEING = (FIXTURES / "metrics_queueing.txt").read_text()
@@ -200,3 +209,36 @@ def test_a_scrape_that_missed_its_deadline_leaves_the_latest_answer_standing(inv
     assert (status.healthy, status.error, status.rates) == (True, "", None)
     (silent,) = build_statuses(inv, [endpoint], facts, InventoryPlan(()), [missed], [missed], 3.0)
     assert (silent.metrics, silent.healthy, silent.error) == (None, False, "ReadTimeout: timed out")
+
+
+def test_status_shows_the_held_lock_its_facts_report(
+    tmp_path: Path, queueing_vllm_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    since = (datetime.now(UTC) - timedelta(minutes=4, seconds=12)).isoformat(timespec="seconds")
+    owner = f"root@ctl pid=123 since={since} boot=b1 cmd=apply"
+    asked: list[dict[str, tuple[str, ...]]] = []
+
+    class Host:
+        def gather(self, requests: dict[str, tuple[str, ...]], timeout: float) -> dict[str, Any]:
+            asked.append(requests)
+            units = {"vllmctl-tiny-0.service": {"active_state": "active"}}
+            return {"units": units, "releases": {"current": "r1"}, "lock": owner}
+
+        def read_file(self, path: str, timeout: float) -> None:
+            return None
+
+    monkeypatch.setattr(
+        status_flow, "on_each_host", lambda contexts, one, forks: {n: one(Host()) for n in contexts}
+    )
+    inventory = _inventory(tmp_path, queueing_vllm_port)
+    argv = ["status", str(inventory), "--interval", "0.05"]
+    out, err = io.StringIO(), io.StringIO()
+    assert status_command.run(cli.build_parser().parse_args([*argv, "--json"]), Ui(out=out, err=err)) == 0
+    assert asked == [{"units": (), "releases": (), "lock": ()}]
+    shown = json.loads(out.getvalue())["locks"]
+    assert shown["a"]["pid"] == 123 and shown["a"]["owner"] == owner
+    assert shown["a"]["age_s"] in range(252, 252 + 60)
+
+    out, err = io.StringIO(), io.StringIO()
+    assert status_command.run(cli.build_parser().parse_args(argv), Ui(out=out, err=err)) == 0
+    assert "warning: a: locked by root@ctl pid=123 (apply) for 4m" in err.getvalue()

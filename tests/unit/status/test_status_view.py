@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from vllmctl.status.view import (
     COLUMNS,
     HEADERS,
     findings,
+    lock_lines,
     status_json,
     status_row,
     status_rows,
@@ -182,3 +184,43 @@ def test_a_warm_restart_of_a_v2_engine_is_on_plan_up_to_its_restart_figure() -> 
     assert above.kv_deviation == 0.1 and above.kv_off_plan
     below = healthy(planned_kv_tokens=700, restart_kv_tokens=800, measured_kv_tokens=630)
     assert below.kv_deviation == -0.1 and below.kv_off_plan
+
+
+OWNER = "root@ctl pid=123 since=2026-11-28T03:00:00+00:00 boot=b1 cmd=apply"
+NOW = datetime(2026, 11, 28, 3, 4, 12, tzinfo=UTC)
+
+
+def test_a_held_lock_shows_once_per_host_with_its_owner_and_age() -> None:
+    statuses = [healthy(lock=OWNER), healthy(port=18201, lock=OWNER), healthy(host="gpu-02")]
+    doc = status_json(statuses, NOW)
+    assert doc["locks"] == {
+        "gpu-01": {
+            "owner": OWNER,
+            "user": "root",
+            "host": "ctl",
+            "pid": 123,
+            "command": "apply",
+            "since": "2026-11-28T03:00:00+00:00",
+            "age_s": 252,
+        }
+    }
+    assert doc["ok"] is True and len(doc["entries"]) == 3  # a lock is shown, not judged
+    assert lock_lines(statuses, NOW) == [
+        "gpu-01: locked by root@ctl pid=123 (apply) for 4m12s — if that run is gone, the next run on ctl "
+        "breaks it (from elsewhere, or after ctl rebooted: --break-lock)"
+    ]
+
+
+def test_without_a_now_the_lock_shows_with_its_age_unknown() -> None:
+    assert status_json([healthy(lock="")])["locks"]["gpu-01"]["age_s"] is None
+    assert status_json([healthy()])["locks"] == {}
+
+
+def test_the_watch_screen_shows_a_held_lock_under_the_table() -> None:
+    out = io.StringIO()
+    statuses = [healthy(lock=OWNER)]
+    Console(file=out, width=250, no_color=True).print(status_screen(statuses, "round 1", NOW))
+    title, header, row, lock, *rest = out.getvalue().splitlines()
+    assert (title, header[:4], row[:6]) == ("round 1", "HOST", "gpu-01")
+    assert lock == lock_lines(statuses, NOW)[0] and "for 4m12s" in lock
+    assert rest == findings(statuses)
