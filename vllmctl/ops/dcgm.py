@@ -1,19 +1,19 @@
 """DCGM, pure: `dcgmi diag -r 1` before engines start where `driver.dcgm_diag` asks (a failed diag fails the
-host with the diag's output tail), and NVIDIA's packaged exporter where `driver.dcgm_exporter` asks.
-
-NVIDIA's "Install DCGM Exporter" runs the exporter as a package-managed systemd service; its package
-`datacenter-gpu-manager-exporter` (NVIDIA's CUDA repository) pulls in DCGM (`datacenter-gpu-manager-4-core`,
-which ships `dcgmi`) and ships `nvidia-dcgm-exporter.service` (NVIDIA/dcgm-exporter's packaging), serving
-/metrics on :9400.
-"""
+host with its output tail), and NVIDIA's packaged DCGM Exporter where `driver.dcgm_exporter` asks."""
 
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
 
+# NVIDIA's "Install DCGM Exporter": a package-managed systemd service; datacenter-gpu-manager-exporter (CUDA
+# repository) pulls in DCGM (datacenter-gpu-manager-4-core, with dcgmi) and ships nvidia-dcgm-exporter.service
+# (NVIDIA/dcgm-exporter's packaging), which serves /metrics on :9400.
 EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
 EXPORTER_SERVICE = "nvidia-dcgm-exporter.service"
 EXPORTER_PORT = 9400
+# dcgmi talks to DCGM's host engine (nv-hostengine, `nvidia-dcgm.service` of datacenter-gpu-manager-4-core);
+# without it running the diag fails to connect, which says nothing about the GPUs
+HOSTENGINE = "nvidia-dcgm.service"
 DIAG_TAIL_LINES = 15  # the runner keeps 1,500 characters of a failed step's output
 # dcgmi exits non-zero when a test fails; a `Fail` in its result table is checked as well, so that a
 # failure is never reported as a pass
@@ -27,7 +27,7 @@ DIAG = (
 
 
 def _diag_facts(args: Args) -> FactRequests:
-    return {"gpu_health": ()}
+    return {"gpu_health": (), "services": (HOSTENGINE,)}
 
 
 def _plan_diag(args: Args, facts: Facts) -> Step:
@@ -37,7 +37,13 @@ def _plan_diag(args: Args, facts: Facts) -> Step:
         return noop("dcgm_diag", "gpus", "no engine on this host")
     if not (facts.get("gpu_health") or {}).get("dcgm", False):
         return noop("dcgm_diag", "gpus", "dcgmi is not installed (DCGM; driver.dcgm_exporter installs it)")
-    return Step("dcgm_diag", "gpus", (Command(shell=DIAG),))
+    engine = dict((facts.get("services") or {}).get(HOSTENGINE, {}))
+    start = engine.get("load_state") == "loaded" and engine.get("active_state") != "active"
+    return Step(
+        "dcgm_diag",
+        "gpus",
+        (*([run("systemctl", "start", HOSTENGINE)] if start else []), Command(shell=DIAG)),
+    )
 
 
 def _exporter_facts(args: Args) -> FactRequests:

@@ -1,13 +1,5 @@
-"""What the NVIDIA kernel modules need before the driver is installed, pure: with Secure Boot off, the
-running kernel's headers (DKMS builds the modules against them); with it on, Ubuntu's precompiled modules
-signed by Canonical; on Debian with it on, a refusal with the fix (DKMS signs with a key the firmware must
-trust first).
-
-Ubuntu Server's "NVIDIA drivers installation" names the signed modules
-`linux-modules-nvidia-<branch>[-server][-open]-<kernel release>` (NVIDIA's GPU Operator installs the same
-packages on Secure Boot nodes, "Installing Precompiled and Canonical Signed Drivers"); Debian's wiki page
-SecureBoot has DKMS sign with `/var/lib/dkms/mok.pub`, enrolled with `mokutil --import`.
-"""
+"""What the NVIDIA kernel modules need before the driver install, pure: the running kernel's headers (Secure
+Boot off), Canonical's signed modules (Ubuntu, Secure Boot on), or a refusal with the fix (Debian, on)."""
 
 from __future__ import annotations
 
@@ -15,6 +7,10 @@ from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpEr
 from vllmctl.ops.driver import gpu_name, is_branch, running_driver
 from vllmctl.ops.driver_flavor import choose_flavor
 
+# Ubuntu Server's "NVIDIA drivers installation" names the signed modules
+# linux-modules-nvidia-<branch>[-server][-open]-<kernel release> (NVIDIA's GPU Operator installs the same on
+# Secure Boot nodes); Debian's wiki page SecureBoot: DKMS signs with /var/lib/dkms/mok.pub, which the firmware
+# trusts only once enrolled with `mokutil --import`.
 SIGNED_MODULES = "linux-modules-nvidia-*"
 
 

@@ -1,11 +1,5 @@
 """NVLink Subnet Manager on NVLink5 boards (HGX B200/GB200), pure: `nvlsm` installed and held, `ib_umad`
-loaded now and at boot; nothing on other hosts.
-
-NVIDIA's Fabric Manager user guide ("Systems Using Fourth Generation NVSwitches"): on these boards Fabric
-Manager starts only beside NVLSM, which reaches the NVSwitches through `ib_umad` (`/dev/infiniband/umad*`);
-the unit's precheck refuses to start without it (spectrocloud/CanvOS#700). NVLSM is versioned by date
-(`nvlsm_2025.06.10-1`), not by driver, so it is held at the version apt installed.
-"""
+loaded now and at boot, so that Fabric Manager can start; nothing on other hosts."""
 
 from __future__ import annotations
 
@@ -23,6 +17,10 @@ from vllmctl.ops.base import (
     run,
 )
 
+# NVIDIA's Fabric Manager user guide ("Systems Using Fourth Generation NVSwitches"): Fabric Manager runs
+# beside NVLSM, which reaches the NVSwitches through ib_umad; the unit's precheck refuses to start without it
+# (spectrocloud/CanvOS#700). NVLSM is versioned by date (nvlsm_2025.06.10-1), not by driver: held as
+# installed.
 NVLSM = "nvlsm"
 IB_UMAD = "ib_umad"
 IB_UMAD_LOADED = "/sys/module/ib_umad"
