@@ -7,10 +7,10 @@ from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpEr
 from vllmctl.ops.driver import gpu_name, is_branch, running_driver
 from vllmctl.ops.driver_flavor import choose_flavor
 
-# Ubuntu Server's "NVIDIA drivers installation" names the signed modules
-# linux-modules-nvidia-<branch>[-server][-open]-<kernel release> (NVIDIA's GPU Operator installs the same on
-# Secure Boot nodes); Debian's wiki page SecureBoot: DKMS signs with /var/lib/dkms/mok.pub, which the firmware
-# trusts only once enrolled with `mokutil --import`.
+# Canonical signs the precompiled linux-modules-nvidia-<branch>[-server][-open]-<kernel release> (NVIDIA's GPU
+# Operator, "Installing Precompiled and Canonical Signed Drivers": required on Secure Boot nodes; the -open
+# variants on packages.ubuntu.com); Debian's wiki page SecureBoot: DKMS signs with /var/lib/dkms/mok.pub,
+# which the firmware trusts only once enrolled with `mokutil --import`.
 SIGNED_MODULES = "linux-modules-nvidia-*"
 
 
