@@ -1,5 +1,5 @@
-"""`vllmctl export prometheus INVENTORY`: Prometheus file-based service discovery for every engine port,
-or the `scrape_configs` snippet that reads that file.
+"""`vllmctl export prometheus INVENTORY`: Prometheus file-based service discovery for every engine port (and
+the gateway's and DCGM Exporter's where enabled), or the `scrape_configs` snippet that reads that file.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.ops.dcgm import EXPORTER_PORT
 from vllmctl.runner.fleet import model_plans, planned_inventory, served_plan
 from vllmctl.tasks.desired import HostContext, ModelPlan
 
@@ -66,6 +67,10 @@ def service_discovery(
         for name in gateway.hosts:
             target = _hostport(inventory.hosts[name].address, gateway.metrics_port)
             groups.append({"targets": [target], "labels": {"job": JOB, "host": name, "component": "gateway"}})
+    for host in inventory.hosts.values():  # driver.dcgm_exporter: NVIDIA's packaged exporter, GPU metrics
+        if host.driver.dcgm_exporter:
+            labels = {"job": JOB, "host": host.name, "component": "dcgm-exporter"}
+            groups.append({"targets": [_hostport(host.address, EXPORTER_PORT)], "labels": labels})
     return groups
 
 

@@ -41,6 +41,8 @@ class DriverSpec:
     branch: str | None = None
     reboot: bool = False
     flavor: str | None = None  # kernel-module flavour override ('', open, server, server-open); None: chosen
+    dcgm_diag: bool = False  # `dcgmi diag -r 1` in the gpu phase, where DCGM is installed
+    dcgm_exporter: bool = False  # NVIDIA's packaged DCGM Exporter (:9400), listed by `export prometheus`
 
 
 @dataclass(frozen=True)

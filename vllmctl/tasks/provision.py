@@ -68,6 +68,24 @@ def _nouveau_blacklist(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("nouveau_blacklist", {"branch": pinned_branch(ctx)})]
 
 
+def _kernel_modules(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("kernel_modules", _driver_args(ctx))]
+
+
+def _nvlsm(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("nvlsm", {"branch": pinned_branch(ctx)})]
+
+
+def _dcgm_exporter(ctx: HostContext, params: Params) -> list[OpCall]:
+    args = {"branch": pinned_branch(ctx), "exporter": ctx.host.driver.dcgm_exporter}
+    return [OpCall("dcgm_exporter", args)]
+
+
+def _dcgm_diag(ctx: HostContext, params: Params) -> list[OpCall]:
+    models = [m.name for m in ctx.models()]
+    return [OpCall("dcgm_diag", {"diag": ctx.host.driver.dcgm_diag, "models": models})]
+
+
 def _fabric_manager(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("fabric_manager", {"branch": pinned_branch(ctx)})]
 
@@ -163,10 +181,14 @@ def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
 
 PROVISION_TASKS = {
     "gpu_health": _gpu_health,
+    "dcgm_diag": _dcgm_diag,
+    "kernel_modules": _kernel_modules,
     "driver_install": _driver_install,
     "nouveau_blacklist": _nouveau_blacklist,
     "driver_reboot": _driver_reboot,
+    "nvlsm": _nvlsm,
     "fabric_manager": _fabric_manager,
+    "dcgm_exporter": _dcgm_exporter,
     "persistence": _persistence,
     "engine_install": _engine_install,
     "model_staging": _model_staging,

@@ -139,3 +139,17 @@ labels = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?\Z")
 def test_every_rfc1123_host_name_validates(workdir: Path, parts: list[str]) -> None:
     name = ".".join(parts)
     assert load(workdir, f"vllmctl: 1\nhosts:\n  a: {{address: '{name}'}}\n").hosts["a"].address == name
+
+
+def test_dcgm_switches_merge_from_defaults_key_by_key(workdir: Path) -> None:
+    text = (
+        "vllmctl: 1\ndefaults: {driver: {branch: '570', dcgm_diag: true}}\n"
+        "hosts:\n  a: {driver: {dcgm_exporter: true}}\n  b: {driver: {dcgm_diag: false}}\n"
+    )
+    hosts = load(workdir, text).hosts
+    assert (hosts["a"].driver.dcgm_diag, hosts["a"].driver.dcgm_exporter) == (True, True)
+    assert (hosts["b"].driver.dcgm_diag, hosts["b"].driver.dcgm_exporter, hosts["b"].driver.branch) == (
+        False,
+        False,
+        "570",
+    )

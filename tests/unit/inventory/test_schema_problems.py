@@ -155,3 +155,19 @@ def test_bad_names_sources_and_urls(problems: Problems) -> None:
         "got string './models/m'\n  hint: Hugging Face hub id (org/name) or an absolute local path, synced "
         "from the controller to the same path on the hosts.",
     ]
+
+
+def test_dcgm_switches_are_booleans_under_driver(problems: Problems) -> None:
+    found = problems(
+        """\
+        vllmctl: 1
+        defaults:
+          driver: {branch: "570", dcgm_diag: "yes please"}
+        hosts:
+          gpu-01: {driver: {dcgm_exporter: 1}}
+        """
+    )
+    assert [line.split("\n")[0] for line in found] == [
+        "inv.yml:3:38: defaults.driver.dcgm_diag: expected true or false, got string 'yes please'",
+        "inv.yml:5:36: hosts.gpu-01.driver.dcgm_exporter: expected true or false, got integer 1",
+    ]

@@ -1,4 +1,5 @@
-"""The dummy driver packages' maintainer scripts mark the fake driver present or absent in gpus.json."""
+"""The dummy driver packages' maintainer scripts mark the fake driver present or absent in gpus.json; the
+NVLSM and DCGM Exporter stand-ins ship what the operations use."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from vllmctl.lab import debrepo
 from vllmctl.lab.gpus import DRIVER_RELEASES
+from vllmctl.ops.dcgm import DIAG
 
 
 def run_script(
@@ -53,3 +55,26 @@ def test_control_file_makes_branches_mutually_exclusive() -> None:
     control = debrepo.control_file(DRIVER_RELEASES["580"])
     assert "Package: nvidia-driver-580\nVersion: 580.95.05-1\n" in control
     assert "Provides: nvidia-driver\nConflicts: nvidia-driver\nReplaces: nvidia-driver\n" in control
+
+
+def test_the_nvlsm_and_dcgm_exporter_stand_ins_ship_what_the_ops_use(tmp_path: Path) -> None:
+    exporter = {"/usr/bin/dcgmi": debrepo.DCGMI, "/lib/systemd/system/nvidia-dcgm-exporter.service": "x\n"}
+    debrepo._build_stub(
+        "datacenter-gpu-manager-exporter", debrepo.EXPORTER_VERSION, exporter, tmp_path, tmp_path / "w"
+    )
+    (deb,) = tmp_path.glob("*.deb")
+    assert deb.name == "datacenter-gpu-manager-exporter_4.5.0-1_all.deb"
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert "-rwxr-xr-x root/root" in next(
+        line for line in listing.splitlines() if line.endswith("usr/bin/dcgmi")
+    )
+    assert "lib/systemd/system/nvidia-dcgm-exporter.service" in listing
+    assert "Package: nvlsm\nVersion: 2025.06.10-1\n" in debrepo.stub_control("nvlsm", debrepo.NVLSM_VERSION)
+
+
+def test_the_lab_dcgmi_passes_the_diag_the_op_runs(tmp_path: Path) -> None:
+    (tmp_path / "dcgmi").write_text(debrepo.DCGMI)
+    (tmp_path / "dcgmi").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    done = subprocess.run(["sh", "-c", DIAG], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0 and "Deployment | Pass" in done.stdout

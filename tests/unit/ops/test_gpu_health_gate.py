@@ -74,5 +74,5 @@ def test_facts_shows_the_verdict() -> None:
 def test_site_runs_the_gate_in_its_own_phase_right_before_the_services() -> None:
     phases = [phase.name for phase in load_playbook("site").phases]
     assert phases[phases.index("services") - 1] == "gpu"
-    (gate,) = load_playbook("site").phases[phases.index("gpu")].tasks
-    assert gate.task == "gpu_health"
+    tasks = [t.task for t in load_playbook("site").phases[phases.index("gpu")].tasks]
+    assert tasks == ["gpu_health", "dcgm_diag"]  # the diag only on GPUs the gate passed

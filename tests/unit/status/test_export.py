@@ -171,3 +171,13 @@ def test_the_gateways_prometheus_exporter_is_a_target_when_enabled(inventory_fil
     assert groups[3:] == [{"targets": ["a100-01.dc1.example.com:8405"], "labels": labels}]
     inventory_file.write_text(INVENTORY + gateway.replace("  metrics_port: 8405\n", ""))
     assert service_discovery(load_inventory(inventory_file)) == EXPECTED
+
+
+def test_each_hosts_dcgm_exporter_is_a_target_when_enabled(inventory_file: Path) -> None:
+    enabled = INVENTORY.replace("  gpu-02: {", "  gpu-02: {driver: {dcgm_exporter: true}, ")
+    assert enabled != INVENTORY
+    inventory_file.write_text(enabled)
+    groups = service_discovery(load_inventory(inventory_file))
+    assert groups[:3] == EXPECTED
+    labels = {"job": "vllmctl", "host": "gpu-02", "component": "dcgm-exporter"}
+    assert groups[3:] == [{"targets": ["[fd00::12]:9400"], "labels": labels}]

@@ -166,11 +166,27 @@ def test_nouveau_goes_with_the_driver_and_fabric_manager_and_persistence_follow_
         phases = {phase.name: phase for phase in load_playbook(name).phases}
         order = list(phases)
         assert order.index("reboot") + 1 == order.index("fabric") and phases["fabric"].regather
-        assert [t.task for t in phases["fabric"].tasks] == ["fabric_manager", "persistence"]
-        assert [t.task for t in phases["drivers"].tasks] == ["nouveau_blacklist", "driver_install"]
+        fabric = ["nvlsm", "fabric_manager", "persistence", "dcgm_exporter"]
+        assert [t.task for t in phases["fabric"].tasks] == fabric
+        drivers = ["nouveau_blacklist", "kernel_modules", "driver_install"]
+        assert [t.task for t in phases["drivers"].tasks] == drivers
     site = [phase.name for phase in load_playbook("site").phases]
     assert site.index("fabric") < site.index("engine") < site.index("gpu") < site.index("services")
     ctx = _ctx(EngineSpec(), {})
     assert PROVISION_TASKS["persistence"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["nouveau_blacklist"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["fabric_manager"](ctx, {})[0].args == {"branch": "570"}
+    assert PROVISION_TASKS["nvlsm"](ctx, {})[0].args == {"branch": "570"}
+    (modules,) = PROVISION_TASKS["kernel_modules"](ctx, {})
+    assert modules.args == PROVISION_TASKS["driver_install"](ctx, {})[0].args
+
+
+def test_dcgm_tasks_follow_the_driver_settings() -> None:
+    ctx = _ctx(EngineSpec(), {"m": ModelDeployment("m", "/m", ("h1",))})
+    assert PROVISION_TASKS["dcgm_exporter"](ctx, {})[0].args == {"branch": "570", "exporter": False}
+    assert PROVISION_TASKS["dcgm_diag"](ctx, {})[0].args == {"diag": False, "models": ["m"]}
+    driver = DriverSpec("570", dcgm_diag=True, dcgm_exporter=True)
+    host = Host("h1", "10.0.0.1", SshSettings(), GpuSpec("B200", 8), driver, EngineSpec())
+    ctx = Ctx(Inventory("t.yml", {"h1": host}, {}, {"m": ModelDeployment("m", "/m", ("h1",))}), host)
+    assert PROVISION_TASKS["dcgm_exporter"](ctx, {})[0].args["exporter"] is True
+    assert PROVISION_TASKS["dcgm_diag"](ctx, {})[0].args["diag"] is True

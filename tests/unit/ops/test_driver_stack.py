@@ -1,0 +1,83 @@
+"""The driver-stack operations beyond their recorded cases: Debian with Secure Boot refused with the fix, the
+signed-modules package name per flavour, and the DCGM diag script run against a stand-in `dcgmi`."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllmctl.ops import OPERATIONS, OpError
+from vllmctl.ops.dcgm import DIAG
+from vllmctl.ops.kernel_modules import signed_modules_package
+
+DEBIAN = {"id": "debian", "version_id": "12"}
+NO_DRIVER = {"status": "no-driver", "gpus": []}
+
+
+def _kernel_facts(os_release: dict[str, str], secure_boot: bool | None) -> dict[str, object]:
+    health = {"secure_boot": secure_boot, "kernel_release": "6.1.0-28-amd64", "kernel_headers": False}
+    return {"gpu_health": health, "gpus": NO_DRIVER, "os_release": os_release, "dpkg": {}}
+
+
+def test_debian_with_secure_boot_is_refused_with_the_mok_fix() -> None:
+    with pytest.raises(OpError) as caught:
+        OPERATIONS["kernel_modules"]({"branch": "535"}, _kernel_facts(DEBIAN, True))
+    assert "Secure Boot is on" in caught.value.message and "debian" in caught.value.message
+    assert "mokutil --import /var/lib/dkms/mok.pub" in caught.value.hint
+
+
+def test_debian_with_a_running_driver_is_left_alone_under_secure_boot() -> None:
+    facts = _kernel_facts(DEBIAN, True)
+    facts["gpus"] = {"status": "ok", "gpus": [{"driver_version": "535.216.01", "name": "NVIDIA L40S"}]}
+    assert OPERATIONS["kernel_modules"]({"branch": "535"}, facts).noop
+
+
+def test_a_flavour_the_gpu_cannot_run_is_refused_before_any_signed_module_is_installed() -> None:
+    facts = _kernel_facts({"id": "ubuntu"}, True)
+    with pytest.raises(OpError, match="proprietary kernel modules"):
+        OPERATIONS["kernel_modules"]({"branch": "570", "gpu": "B200", "flavor": "server"}, facts)
+
+
+@pytest.mark.parametrize(
+    ("flavor", "package"),
+    [
+        ("", "linux-modules-nvidia-535-6.8.0-60-generic"),
+        ("open", "linux-modules-nvidia-535-open-6.8.0-60-generic"),
+        ("server", "linux-modules-nvidia-535-server-6.8.0-60-generic"),
+        ("server-open", "linux-modules-nvidia-535-server-open-6.8.0-60-generic"),
+    ],
+)
+def test_signed_modules_follow_ubuntus_names(flavor: str, package: str) -> None:
+    assert signed_modules_package("535.216", flavor, "6.8.0-60-generic") == package
+
+
+def _diag(tmp_path: Path, output: str, code: int) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "dcgmi"
+    fake.write_text(f"#!/bin/sh\ncat <<'OUT'\n{output}\nOUT\nexit {code}\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    return subprocess.run(["sh", "-c", DIAG], capture_output=True, text=True, env=env, check=False)
+
+
+def test_a_passing_diag_succeeds(tmp_path: Path) -> None:
+    done = _diag(tmp_path, "| Deployment | Pass |\n| PCIe       | Pass |", 0)
+    assert done.returncode == 0 and "Pass" in done.stdout and not done.stderr
+
+
+def test_a_failing_diag_fails_with_its_output_tail(tmp_path: Path) -> None:
+    done = _diag(tmp_path, "| Deployment | Pass |\n| PCIe       | Fail |\n| GPU 3: link width x8", 226)
+    assert done.returncode == 1
+    assert done.stderr.startswith("dcgmi diag -r 1 failed (exit 226):")
+    assert "GPU 3: link width x8" in done.stderr
+
+
+def test_a_fail_in_the_table_fails_even_when_dcgmi_exits_zero(tmp_path: Path) -> None:
+    done = _diag(tmp_path, "| Memory | Fail |", 0)
+    assert done.returncode == 1 and "| Memory | Fail |" in done.stderr
+
+
+def test_only_the_tail_of_a_long_diag_is_kept(tmp_path: Path) -> None:
+    done = _diag(tmp_path, "\n".join(f"line {n}" for n in range(100)) + "\n| Fail |", 1)
+    assert "line 0\n" not in done.stderr and "| Fail |" in done.stderr
