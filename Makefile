@@ -1,6 +1,6 @@
 # vllmctl: the two commands a new machine needs are `make demo` and `make test`.
 PYTHON ?= python3
-PYTEST_ARGS ?= --durations=25
+PYTEST_ARGS ?= --durations=60
 # Molecule and Ansible live in their own venv, never in vllmctl's environment; made on first use.
 MOLECULE_VENV ?= /var/cache/vllmctl/molecule-venv
 
