@@ -96,6 +96,9 @@ def personalise(
     wants.mkdir(parents=True, exist_ok=True)
     (wants / DEVICES_UNIT).unlink(missing_ok=True)
     (wants / DEVICES_UNIT).symlink_to(f"/etc/systemd/system/{DEVICES_UNIT}")
+    # a container runs the controller's kernel and builds no module: it has that kernel's headers as far as
+    # `kernel_modules` can tell (/lib/modules/<release>/build), so the driver's DKMS prerequisite is met
+    (root / "lib/modules" / os.uname().release / "build").mkdir(parents=True, exist_ok=True)
     _write(root / "etc/apt/sources.list", f"deb [trusted=yes] {layout.debian_url} ./\n")
     _write(
         root / "etc/pip.conf",
