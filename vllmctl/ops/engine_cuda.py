@@ -41,7 +41,10 @@ LINUX = tuple(
     }
     for m in ("x86_64", "aarch64")
 )
-RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?$")
+RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?$")
+CU_SUFFIX = re.compile(r"-cu(\d+)$")
+CU_EXTRA = re.compile(r"^cu(\d+)$")
+PINS = ("==", "===", "~=", ">=")
 LOCAL_CUDA = re.compile(r"^cu(\d+)(\d)$")  # a local version label such as +cu129 (vLLM's own index)
 
 
@@ -75,17 +78,17 @@ def _major_minor(text: str) -> str | None:
 
 
 def runtime_cuda(metadata: str) -> str | None:
-    """The newest CUDA a wheel's own requirements name: `nvidia-cuda-runtime-cu12==12.8.90` is 12.8, an
-    unpinned `nvidia-cuda-runtime-cu13` or an extra `[cu13]` of an NVIDIA package is 13.0."""
+    """The newest CUDA a wheel's own requirements name: `nvidia-cuda-runtime-cu12==12.8.90` is 12.8, so is
+    `cuda-toolkit[cudart]==12.8.x` (torch 2.11 on); an unpinned `-cu13` package or `[cu13]` extra is 13.0."""
     found: list[str] = []
     for req in requirements(metadata):
         name = canonicalize_name(req.name)
-        match = RUNTIME.match(name)
-        if match:
-            pins = [_major_minor(s.version) for s in req.specifier if s.operator in ("==", "===", "~=", ">=")]
-            found += [p for p in pins if p] or ([f"{match[1]}.0"] if match[1] else [])
+        if RUNTIME.match(name) or (name == "cuda-toolkit" and "cudart" in req.extras):
+            found += [_major_minor(s.version) or "" for s in req.specifier if s.operator in PINS]
         if name.startswith("nvidia-"):
-            found += [f"{int(m[1])}.0" for m in (re.match(r"^cu(\d+)$", e) for e in req.extras) if m]
+            suffix = CU_SUFFIX.search(name)
+            found += [f"{int(suffix[1])}.0"] if suffix else []
+            found += [f"{int(m[1])}.0" for m in (CU_EXTRA.match(e) for e in req.extras) if m]
     return newest(*found)
 
 
