@@ -17,9 +17,9 @@ from vllmctl.ops.base import OpError
 
 # The CUDA each release's own compiled kernels are built with, a floor under what METADATA says (torch on PyPI
 # can be older: vLLM 0.9-0.10.1 pin torch 2.7, cu126 on PyPI, while vLLM's v0.9.0 release notes say its wheel
-# moved to CUDA 12.8) and the whole answer when the index cannot be read. METADATA read on PyPI: vLLM 0.10.2
-# and 0.11.0 pin torch==2.8.0, 0.11.1-0.12.0 torch==2.9.0, 0.14.0 torch==2.9.1, all nvidia-cuda-runtime-cu12
-# 12.8.90; vLLM 0.20.0's default wheel needs libcudart.so.13 (pie-project/pie#327, vllm-project/vllm#44335).
+# moved to CUDA 12.8) and the whole answer when the index cannot be read. On PyPI (docs/provisioning.md):
+# vLLM 0.10.2-0.17.0 pin torch 2.8.0-2.10.0, all nvidia-cuda-runtime-cu12==12.8.90; vLLM 0.20.0 pins torch
+# 2.11.0, which names cuda-toolkit[cudart]==13.0.2.
 ENGINE_CUDA: dict[str, tuple[tuple[str, str], ...]] = {
     "vllm": (("0.20", "13.0"), ("0.9", "12.8"), ("0.8", "12.4"), ("0.0", "12.1")),
     "sglang": (("0.5", "12.8"), ("0.4", "12.4"), ("0.0", "12.1")),
