@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 import httpx
 from packaging.specifiers import SpecifierSet
@@ -68,7 +68,7 @@ def list_files(client: httpx.Client, index: str, name: str) -> list[IndexFile]:
     for href, attrs in parser.found:
         url = urldefrag(urljoin(base, href)).url
         meta = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
-        files.append(IndexFile(url.rsplit("/", 1)[-1], url, _advertised(meta)))
+        files.append(IndexFile(unquote(urlsplit(url).path.rsplit("/", 1)[-1]), url, _advertised(meta)))
     return files
 
 

@@ -220,3 +220,25 @@ def test_each_release_is_read_once_for_the_whole_fleet_and_reaches_each_context(
     )
     assert found["c1"].engine_cuda["vllm-0.32.0"]["source"] == "cpu"
     assert [p for p, _, _ in index.seen].count("/simple/vllm/") == 1
+
+
+def test_an_html_index_of_vllms_own_cu129_wheels_reads_the_local_label(tmp_path: Path) -> None:
+    name = "vllm-0.12.0%2Bcu129-cp38-abi3-manylinux_2_31_x86_64.whl"
+    torch_cu128 = TORCH_META.replace("12.9.79", "12.8.90")
+
+    def index(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/simple/vllm/":
+            return httpx.Response(200, html=f'<a href="../../f/{name}" data-core-metadata="sha256=ab">w</a>')
+        if path == "/simple/torch/":
+            return httpx.Response(
+                200, html=f'<a href="/f/{TORCH_WHEEL}" data-dist-info-metadata="true">t</a>'
+            )
+        if path == f"/f/{name.replace('%2B', '+')}.metadata":
+            return httpx.Response(200, text=VLLM_META)
+        if path == f"/f/{TORCH_WHEEL}.metadata":
+            return httpx.Response(200, text=torch_cu128)
+        return httpx.Response(404)
+
+    need = read(index, tmp_path, [])
+    assert (need.cuda, need.torch_cuda) == ("12.9", "12.8")  # the wheel's +cu129 outranks torch's 12.8
