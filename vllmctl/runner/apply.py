@@ -25,6 +25,7 @@ from vllmctl.releases.host import inventory_digest
 from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
+from vllmctl.runner.engine_cuda import with_engine_cuda
 from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fleet import (
@@ -257,6 +258,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         name: replace(ctx, fleet_plans=backends)
         for name, ctx in host_contexts(inventory, hosts, secrets, plans).items()
     }
+    if any(task.task == "engine_install" for phase in playbook.phases for task in phase.tasks):
+        contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
     guard: RolloutGuard | None = None
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)

@@ -60,6 +60,8 @@ class HostContext:
     local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
     # host -> model -> plan for every host a gateway balances over (apply fills it when there is a gateway)
     fleet_plans: Mapping[str, Mapping[str, ModelPlan]] = field(default_factory=dict)
+    # "<engine>-<version>" -> the CUDA its wheels name, read by runner/engine_cuda.py; absent: the table
+    engine_cuda: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def models(self) -> list[ModelDeployment]:
         """The models this host serves on its own: a multi-node model is one engine over its group, brought

@@ -117,6 +117,9 @@ def _engine_install(ctx: HostContext, params: Params) -> list[OpCall]:
             "driver_branch": pinned_branch(ctx),
             "remove": list(CPU_VARIANT_REMOVALS) if engine.distribution.endswith("-cpu") else [],
         }
+        reading = ctx.engine_cuda.get(f"{engine.name}-{engine.version}")
+        if reading is not None:
+            args["cuda"] = dict(reading)
         if engine.distribution.endswith("-cpu"):
             why = f"{engine.distribution} {engine.version}"
             calls.append(OpCall("system_packages", {"names": list(CPU_VARIANT_DEBS), "why": why}))

@@ -139,3 +139,22 @@ def test_plan_shows_each_hosts_kernel_modules_and_refuses_a_flavour_the_gpu_cann
     err = capsys.readouterr().err
     assert "b1: driver flavor 'server' installs the proprietary kernel modules, but B200 (Blackwell)" in err
     assert "hint: set driver.flavor to 'server-open'" in err
+
+
+def test_plan_refuses_a_pinned_driver_too_old_for_the_engines_cuda(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    inventory = tmp_path / "old-driver.yml"
+    inventory.write_text(
+        "vllmctl: 1\nhosts:\n"
+        "  h1: {address: 10.0.0.1, gpus: {model: H100-80GB, count: 1}, driver: {branch: '575'},"
+        " engine: {name: vllm, version: '0.20.0'}}\n"
+        "models:\n  tiny: {source: Qwen/Qwen2.5-0.5B-Instruct, hosts: [h1]}\n"
+    )
+    assert cli.main(["plan", str(inventory), "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert "h1: vllm 0.20.0 is built for CUDA 13.0 (vllmctl's table" in err
+    assert "which needs driver >= 580; the host's is 575" in err and "raise driver.branch to '580'" in err
+    assert "offline, and https://pypi.org/simple was never read for it" in err  # the fallback is named
+    inventory.write_text(inventory.read_text().replace("'0.20.0'", "'0.11.0'"))
+    assert cli.main(["plan", str(inventory), "--offline"]) == 0

