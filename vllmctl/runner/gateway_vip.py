@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory, VipSpec
 from vllmctl.ops import Command
 from vllmctl.runner.remote import Remote
@@ -34,18 +35,19 @@ def vip_view(inventory: Inventory, connect: Callable[[str], Remote], timeout_s: 
     hosts: dict[str, bool | str] = {}
     for host in gateway.hosts:
         try:
-            remote = connect(host)
-        except Exception as exc:  # an unreachable host is one row of the view, not the end of status
-            hosts[host] = f"error: {exc}"[:200]
-            continue
-        try:
-            result = remote.execute(vip_command(vip), timeout_s)
-            held = holds_vip(result.stdout, vip.address)
-            hosts[host] = held if result.ok else f"error: {result.stderr}"[:200]
-        finally:
-            remote.close()
+            hosts[host] = _holds(connect(host), vip, timeout_s)
+        except (VllmctlError, OSError) as exc:  # an unreachable host is one row of the view, not the end
+            hosts[host] = f"error: {getattr(exc, 'message', None) or exc}"[:200]
     holders = [host for host, held in hosts.items() if held is True]
     return {"address": vip.address, "interface": vip.interface, "holders": holders, "hosts": hosts}
+
+
+def _holds(remote: Remote, vip: VipSpec, timeout_s: float) -> bool | str:
+    try:
+        result = remote.execute(vip_command(vip), timeout_s)
+    finally:
+        remote.close()
+    return holds_vip(result.stdout, vip.address) if result.ok else f"error: {result.stderr.strip()}"[:200]
 
 
 def vip_line(view: dict[str, Any]) -> str:

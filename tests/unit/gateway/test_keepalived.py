@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from vllmctl.errors import VllmctlError
 from vllmctl.gateway.keepalived import priority, render_keepalived
 from vllmctl.inventory.model import (
     DriverSpec,
@@ -88,6 +89,11 @@ class FakeRemote:
         pass
 
 
+class DeadRemote(FakeRemote):
+    def execute(self, action: object, timeout: float) -> SimpleNamespace:
+        raise VllmctlError("ssh: connect to host 10.0.0.9 port 22: No route to host")
+
+
 def test_status_names_the_holder_and_says_when_there_is_not_exactly_one() -> None:
     outputs = {"gw1": FakeRemote(""), "gw2": FakeRemote(IP_OUTPUT), "gw3": FakeRemote("", ok=False)}
     view = vip_view(_inventory(), outputs.__getitem__, 5.0)  # type: ignore[arg-type]
@@ -101,3 +107,6 @@ def test_status_names_the_holder_and_says_when_there_is_not_exactly_one() -> Non
     both = {**view, "holders": ["gw1", "gw2"]}
     assert vip_line(both) == "gateway VIP 10.0.0.100 on eth0: held by gw1, gw2 (expected exactly one)"
     assert vip_view(Inventory("inv.yml", {}, {}, {}), outputs.__getitem__, 5.0) == {}  # type: ignore[arg-type]
+    outputs["gw3"] = DeadRemote("")
+    view = vip_view(_inventory(), outputs.__getitem__, 5.0)  # type: ignore[arg-type]
+    assert view["hosts"]["gw3"] == "error: ssh: connect to host 10.0.0.9 port 22: No route to host"
