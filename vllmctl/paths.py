@@ -35,6 +35,9 @@ HAPROXY_FILES_DIR = "/etc/haproxy/vllmctl"  # API keys to check (0600), TLS cert
 HAPROXY_ADMIN_SOCKET = "/run/haproxy/admin.sock"  # the runtime API: drain, ready, show stat
 HAPROXY_STATE_FILE = "/var/lib/haproxy/vllmctl-server-state"  # drain/ready kept across a reload
 HAPROXY_UNIT = "haproxy.service"
+KEEPALIVED_CONFIG = "/etc/keepalived/keepalived.conf"
+KEEPALIVED_CANDIDATE = "/etc/keepalived/keepalived.conf.vllmctl-candidate"  # `keepalived -t` checks it first
+KEEPALIVED_UNIT = "keepalived.service"
 MANAGED_DIRS = (ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, OPT_DIR, VENVS_DIR)
 
 

@@ -20,6 +20,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.runner import status as status_flow
 from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway import gateway_view
+from vllmctl.runner.gateway_vip import ssh_vip_view, vip_line
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
     findings,
@@ -91,14 +92,18 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         statuses = status_flow.gather(inv, hosts, plan, args.model, args.interval, args.timeout)
         gateway = gateway_view(inv, args.timeout)
         now = datetime.now(UTC)
+        vip = ssh_vip_view(inv, args.timeout)
         if args.json:
-            ui.json({**status_json(statuses, now), **({"gateway": gateway} if gateway else {})})
+            extra = {**({"gateway": gateway} if gateway else {}), **({"gateway_vip": vip} if vip else {})}
+            ui.json({**status_json(statuses, now), **extra})
         else:
             ui.table(status_table(statuses))
             if gateway:
                 ui.table(gateway_table(gateway))
             for line in lock_lines(statuses, now):
                 ui.warn(line)
+            if vip:
+                ui.info(vip_line(vip))
             for line in findings(statuses):
                 ui.info(line)
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE

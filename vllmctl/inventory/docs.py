@@ -144,6 +144,7 @@ SECTIONS = [
     ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),
     ("`releases`", "#/$defs/releases"),
     ("`gateway`", "#/$defs/gateway"),
+    ("`gateway.vip`", "#/$defs/vip"),
 ]
 ANCHORS = {ref: title for title, ref in SECTIONS if ref}
 

@@ -1,6 +1,6 @@
 """The `gateway:` checks the schema cannot express: its hosts and models exist, every value that reaches
 haproxy.cfg has a safe spelling there, its ports clash with nothing on its hosts, an API key it checks
-exists, and (on the controller) its TLS files are there and the key is private."""
+exists, a virtual IP is usable, and (on the controller) its TLS files are there and the key is private."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def check_gateway(checker: Checker) -> None:
             checker.add(("gateway", "check_api_key"), message, hint)
     _address(checker, gateway.get("address", "0.0.0.0"))
     _ports(checker, gateway, hosts, models)
+    if isinstance(gateway.get("vip"), dict):
+        _vip(checker, gateway, hosts)
     if checker.files is not None:
         _tls_files(checker, mapping(gateway.get("tls")))
 
@@ -70,6 +72,40 @@ def _address(checker: Checker, address: Any) -> None:
         checker.add(
             ("gateway", "address"), f"gateway address {str(address)[:60]!r} is not an IPv4 address", hint
         )
+
+
+def _vip(checker: Checker, gateway: dict[str, Any], hosts: tuple[str, ...]) -> None:
+    """An unused unicast IPv4 address, two or more gateway hosts with IPv4 addresses (keepalived's unicast
+    peers), and HAProxy listening on every address, the VIP included."""
+    vip = gateway["vip"]
+    address = vip.get("address")
+    parsed = _ipv4(address)
+    if parsed is None or parsed.is_unspecified or parsed.is_loopback or parsed.is_multicast:
+        hint = "an unused IPv4 address on the gateway hosts' network"
+        checker.add(("gateway", "vip", "address"), f"vip address {str(address)[:60]!r} is not usable", hint)
+    else:
+        for name, host in checker.resolved.hosts.items():
+            if _ipv4(mapping(host).get("address")) == parsed:
+                message = f"vip address {parsed} is host '{name}'s address"
+                checker.add(("gateway", "vip", "address"), message, "choose an address no host has")
+    if len(hosts) < 2:
+        hint = "list two or more gateway hosts: the VIP moves between them"
+        checker.add(("gateway", "vip"), "a vip needs two or more gateway hosts", hint, True)
+    for name in hosts:
+        if _ipv4(mapping(checker.resolved.hosts[name]).get("address")) is None:
+            message = f"gateway host '{name}' has no IPv4 address for keepalived's unicast peers"
+            checker.add(("gateway", "vip"), message, f"give host '{name}' an IPv4 `address`", True)
+    if str(gateway.get("address", "0.0.0.0")) != "0.0.0.0":
+        hint = "remove gateway.address (0.0.0.0): HAProxy must listen on the VIP wherever it moves"
+        checker.add(("gateway", "address"), "a gateway with a vip listens on 0.0.0.0", hint)
+
+
+def _ipv4(value: Any) -> ipaddress.IPv4Address | None:
+    try:
+        parsed = ipaddress.ip_address(str(value))
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, ipaddress.IPv4Address) else None
 
 
 def _ports(checker: Checker, gateway: dict[str, Any], hosts: tuple[str, ...], models: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from vllmctl.inventory.model import (
     SpeculativeSpec,
     SshSettings,
     TlsFiles,
+    VipSpec,
 )
 from vllmctl.inventory.positions import SourceDoc, escape_text
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
@@ -145,7 +146,15 @@ def _gateway(raw: Any, hosts: tuple[str, ...]) -> GatewaySpec | None:
         hash_balance_factor=int(raw.get("hash_balance_factor", GatewaySpec.hash_balance_factor)),
         prefix_bytes=int(raw.get("prefix_bytes", GatewaySpec.prefix_bytes)),
         session_header=str(raw.get("session_header", GatewaySpec.session_header)),
+        vip=_vip(raw.get("vip")),
     )
+
+
+def _vip(raw: Any) -> VipSpec | None:
+    if not isinstance(raw, dict):
+        return None
+    vrid = int(raw.get("virtual_router_id", VipSpec.virtual_router_id))
+    return VipSpec(str(raw["address"]), str(raw["interface"]), vrid)
 
 
 def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:

@@ -174,6 +174,15 @@ class TlsFiles:
 
 
 @dataclass(frozen=True)
+class VipSpec:
+    """A virtual IPv4 address keepalived moves between the gateway hosts (the first one listed holds it)."""
+
+    address: str
+    interface: str
+    virtual_router_id: int = 51
+
+
+@dataclass(frozen=True)
 class GatewaySpec:
     """HAProxy on `hosts`, one endpoint per model (model -> port) in front of every replica of it."""
 
@@ -189,6 +198,7 @@ class GatewaySpec:
     hash_balance_factor: int = 125  # prefix mode: no server over 1.25x the mean load (bounded loads)
     prefix_bytes: int = 256  # prefix mode: bytes of each hashed part of the request
     session_header: str = "x-session-id"  # prefix mode: a client's session id, hashed when present
+    vip: VipSpec | None = None
 
     def balance_of(self, model: str) -> str:
         return self.balance.get(model, "leastconn")

@@ -21,9 +21,10 @@ from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
 from vllmctl.ops.engine import CPU_VARIANT_DEBS
 from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
+from vllmctl.tasks.gateway import VIP_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "7"
+REPO_VERSION = "8"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
 MISMATCHED_FM = "580.82.07"
 FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"
@@ -202,7 +203,7 @@ def _download_engine_runtime(into: Path) -> None:
     status = base.base_dir() / "var/lib/dpkg/status"
     simulate = ["apt-get", "-s", "-o", f"Dir::State::status={status}", "install", "--no-install-recommends"]
     hint = "run `apt-get update` on this machine: the lab's apt repository is filled from its package lists"
-    plan = run([*simulate, *CPU_VARIANT_DEBS, *GATEWAY_PACKAGES], hint)
+    plan = run([*simulate, *CPU_VARIANT_DEBS, *GATEWAY_PACKAGES, *VIP_PACKAGES], hint)
     names = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
     if names:
         run(["apt-get", "download", *names], hint, cwd=into)

@@ -124,6 +124,8 @@ def nspawn_argv(host: LabHost, root: Path) -> list[str]:
         "--resolv-conf=off",
         "--timezone=off",
         f"--network-namespace-path=/run/netns/{host.netns}",
+        # root on a real host may add addresses (keepalived's virtual IP); here only in the host's own netns
+        "--capability=CAP_NET_ADMIN",
     ]
 
 

@@ -192,6 +192,21 @@ def haproxy_word(value: object) -> str:
     return text
 
 
+# --- keepalived.conf --------------------------------------------------------------------------------------
+
+_KEEPALIVED_WORD = re.compile(r"[A-Za-z0-9._:/@-]+")
+
+
+def keepalived_word(value: object) -> str:
+    """One word of keepalived.conf (a name, an address, an interface): keepalived splits its lines on blanks,
+    reads `#` and `!` as comments, `{` `}` as blocks and `$` as its own variables, so all of them are
+    refused rather than escaped."""
+    text = str(value)
+    if not _KEEPALIVED_WORD.fullmatch(text):
+        raise QuotingError(f"{text[:60]!r} cannot be written as one keepalived.conf word")
+    return text
+
+
 # --- paths on a host --------------------------------------------------------------------------------------
 
 

@@ -69,6 +69,7 @@ def _environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
         unit_setting=quoting.unit_setting,
         env_line=quoting.env_file_line,
         haproxy=quoting.haproxy_word,
+        keepalived=quoting.keepalived_word,
     )
     return env
 

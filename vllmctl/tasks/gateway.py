@@ -1,13 +1,16 @@
 """Desired state of a gateway host, pure: HAProxy and socat (its runtime API's client) from the
-distribution's packages, then its config with every replica of each model across the fleet."""
+distribution's packages, then its config with every replica of each model across the fleet; with a VIP,
+keepalived and its config too."""
 
 from __future__ import annotations
 
 from vllmctl.gateway.config import TLS_PEM, key_files, render_config
+from vllmctl.gateway.keepalived import render_keepalived
 from vllmctl.inventory.model import ModelDeployment
 from vllmctl.tasks.desired import HostContext, OpCall, Params, api_key_secret
 
 PACKAGES = ("haproxy", "socat")
+VIP_PACKAGES = ("keepalived",)
 # the TLS certificate and key, read on the controller at the edge (never a name a secret can have)
 TLS_SECRET = "@gateway-tls"
 
@@ -31,10 +34,16 @@ def _gateway(ctx: HostContext, params: Params) -> list[OpCall]:
     files = key_files(gateway, keys)
     if gateway.tls is not None and TLS_SECRET in ctx.secrets:
         files[TLS_PEM] = ctx.secrets[TLS_SECRET]
-    return [
-        OpCall("system_packages", {"names": list(PACKAGES), "why": "the gateway"}),
+    packages = [*PACKAGES, *(VIP_PACKAGES if gateway.vip else ())]
+    calls = [
+        OpCall("system_packages", {"names": packages, "why": "the gateway"}),
         OpCall("gateway_config", {"content": gateway_config(ctx), "files": files}),
     ]
+    if gateway.vip is not None:
+        # after HAProxy's config: the VIP comes to a host whose HAProxy already serves
+        content = render_keepalived(ctx.inventory, ctx.host.name)
+        calls.append(OpCall("keepalived_config", {"content": content}))
+    return calls
 
 
 GATEWAY_TASKS = {"gateway": _gateway}

@@ -64,3 +64,20 @@ def test_the_tls_bundle_is_read_on_the_controller(inventory_file: Path, tmp_path
     (tmp_path / "k.pem").unlink()
     with pytest.raises(InputError, match=r"gateway\.tls: cannot read"):
         gateway_secrets(inv)
+
+
+def test_with_a_vip_the_gateway_hosts_also_get_keepalived_and_its_config(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yml"
+    text = INVENTORY.replace(
+        "  a: {address: 10.0.0.1}", "  a: {address: 10.0.0.1}\n  gw2: {address: 10.0.0.8}"
+    )
+    path.write_text(
+        text.replace("hosts: gw\n", "hosts: [gw, gw2]\n") + "  vip: {address: 10.0.0.100, interface: eth0}\n"
+    )
+    inv = load_inventory(path)
+    ctx = HostContext(inv, inv.hosts["gw2"], secrets={"key": "s3cret"}, fleet_plans={})
+    packages, config, keepalived = expand("gateway", {}, ctx)
+    assert packages.args["names"] == ["haproxy", "socat", "keepalived"]
+    assert (config.op, keepalived.op) == ("gateway_config", "keepalived_config")
+    assert "    priority 100\n" in keepalived.args["content"]
+    assert "    unicast_src_ip 10.0.0.8\n" in keepalived.args["content"]

@@ -69,3 +69,66 @@ def test_the_schema_refuses_unknown_fields_and_bad_ports(problems: Problems) -> 
     found = problems(HEAD + "gateway:\n  hosts: edge\n  models: {tiny: {port: 70000}}\n  listen: x\n")
     assert any("gateway" in p and "listen" in p for p in found), found
     assert any("gateway.models.tiny.port" in p for p in found), found
+
+
+def test_a_vip_is_typed_with_its_default_router_id(workdir: Path) -> None:
+    text = "gateway:\n  hosts: [edge, gpu-01]\n  models: {tiny: {port: 9100}}\n"
+    (workdir / "inv.yml").write_text(HEAD + text + "  vip: {address: 10.0.0.100, interface: eth0}\n")
+    gateway = load_inventory("inv.yml").gateway
+    assert gateway is not None and gateway.vip is not None
+    assert (gateway.vip.address, gateway.vip.interface, gateway.vip.virtual_router_id) == (
+        "10.0.0.100",
+        "eth0",
+        51,
+    )
+
+
+def test_a_vip_address_is_an_unused_ipv4_address_on_two_gateway_hosts(problems: Problems) -> None:
+    found = problems(
+        HEAD
+        + """\
+gateway:
+  hosts: edge
+  address: 10.0.0.9
+  models: {tiny: {port: 9100}}
+  vip: {address: 10.0.0.2, interface: eth0}
+"""
+    )
+    assert found == [
+        "inv.yml:16:12: gateway.address: a gateway with a vip listens on 0.0.0.0\n"
+        "  hint: remove gateway.address (0.0.0.0): HAProxy must listen on the VIP wherever it moves",
+        "inv.yml:18:3: gateway.vip: a vip needs two or more gateway hosts\n"
+        "  hint: list two or more gateway hosts: the VIP moves between them",
+        "inv.yml:18:18: gateway.vip.address: vip address 10.0.0.2 is host 'gpu-02's address\n"
+        "  hint: choose an address no host has",
+    ]
+
+
+def test_a_vip_refuses_a_bad_address_interface_router_id_and_named_hosts(problems: Problems) -> None:
+    head = HEAD.replace("edge: {address: 10.0.0.9}", "edge: {address: edge.example}")
+    found = problems(
+        head
+        + """\
+gateway:
+  hosts: [edge, gpu-01]
+  models: {tiny: {port: 9100}}
+  vip: {address: 0.0.0.0, interface: "eth0 x", virtual_router_id: 256}
+"""
+    )
+    assert any("gateway.vip.interface" in p and "interface name" in p for p in found), found
+    assert any("gateway.vip.virtual_router_id" in p for p in found), found
+    found = problems(
+        head
+        + """\
+gateway:
+  hosts: [edge, gpu-01]
+  models: {tiny: {port: 9100}}
+  vip: {address: 0.0.0.0, interface: eth0}
+"""
+    )
+    assert found == [
+        "inv.yml:17:3: gateway.vip: gateway host 'edge' has no IPv4 address for keepalived's unicast peers\n"
+        "  hint: give host 'edge' an IPv4 `address`",
+        "inv.yml:17:18: gateway.vip.address: vip address '0.0.0.0' is not usable\n"
+        "  hint: an unused IPv4 address on the gateway hosts' network",
+    ]
