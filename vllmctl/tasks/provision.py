@@ -151,13 +151,20 @@ def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
 
 def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
     """The health gate before this host's engines start: MIG is judged on the GPUs its replicas use (all of
-    them when a replica names none)."""
+    them when a replica names none), P2P between the GPUs of each replica."""
     models = ctx.models()
     replicas = [r for m in models for r in ctx.plan(m).replicas]
     in_use = (
         None if any(r.gpus is None for r in replicas) else sorted({g for r in replicas for g in r.gpus or ()})
     )
-    args = {"models": [m.name for m in models], "in_use": in_use, "gpus_declared": ctx.host.gpus is not None}
+    # each replica is one tensor-parallel group: P2P is judged between its GPUs
+    groups = [None if r.gpus is None else sorted(r.gpus) for r in replicas]
+    args = {
+        "models": [m.name for m in models],
+        "in_use": in_use,
+        "tp_groups": groups,
+        "gpus_declared": ctx.host.gpus is not None,
+    }
     return [OpCall("gpu_health", args)]
 
 
