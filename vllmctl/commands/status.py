@@ -19,6 +19,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.runner import status as status_flow
 from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway import gateway_view
+from vllmctl.runner.gpu_gate import gate_view
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import findings, gateway_table, status_json, status_screen, status_table
 
@@ -82,12 +83,19 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     else:
         statuses = status_flow.gather(inv, hosts, plan, args.model, args.interval, args.timeout)
         gateway = gateway_view(inv, args.timeout)
+        gpu_gate = gate_view(inv, hosts, args.timeout)
         if args.json:
-            ui.json({**status_json(statuses), **({"gateway": gateway} if gateway else {})})
+            gated = {"gpu_gate": gpu_gate}
+            ui.json({**status_json(statuses), **({"gateway": gateway} if gateway else {}), **gated})
         else:
             ui.table(status_table(statuses))
             if gateway:
                 ui.table(gateway_table(gateway))
             for line in findings(statuses):
                 ui.info(line)
+            for host, gate in gpu_gate.items():
+                ui.info(
+                    f"{host}: GPU gate {gate['status']}"
+                    + ("" if gate["status"] == "passed" else f": {gate['reason']}")
+                )
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE
