@@ -162,8 +162,8 @@ def p2p(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
     for a in names:
         cells = ["X" if a == b else broken.get(f"{a},{b}") or broken.get(f"{b},{a}") or "OK" for b in names]
         out.append(f" GPU{a}\t" + "".join(f"{c}\t" for c in cells))
-    legend = ("X    = Self", "OK   = Status Ok", "CNS  = Chipset not supported", "GNS  = GPU not supported")
-    legend += ("TNS  = Topology not supported", "NS   = Not supported", "U    = Unknown")
+    legend = ["X    = Self", "OK   = Status Ok", "CNS  = Chipset not supported", "GNS  = GPU not supported"]
+    legend += ["TNS  = Topology not supported", "NS   = Not supported", "U    = Unknown"]
     sys.stdout.write("\n".join([*out, "", "Legend:", "", *(f"  {x}" for x in legend)]) + "\n")
     return 0
 
