@@ -185,7 +185,7 @@ def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) ->
     assert json.loads(again.stdout)["hosts"][host.name]["recap"]["changed"] == 0, again.stdout[-3000:]
 
 
-def test_facts_show_the_hardware_keys_and_a_pair_without_p2p_refuses_the_host_in_status(gate: Gate) -> None:
+def test_facts_show_the_hardware_keys_and_p2p_is_judged_on_the_gpus_a_replica_spans(gate: Gate) -> None:
     good = gate.fleet.hosts[2]
     shown = gate.vllmctl("facts", str(gate.inventory), "--json", "--limit", good.name)
     assert shown.returncode == 0, shown.stderr
@@ -196,14 +196,15 @@ def test_facts_show_the_hardware_keys_and_a_pair_without_p2p_refuses_the_host_in
     edit = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); {}; json.dump(d, open(p, 'w'))"
     gate.sh(good, 'sudo python3 -c "' + edit.format("d['p2p']={'0,1': 'CNS'}") + '"')
     try:
+        table = gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
+        # `facts` knows no model: every pair is judged
+        assert "refused: p2p: GPU 0 -> GPU 1 P2P read CNS" in table, table
         status = gate.vllmctl(
             "status", str(gate.inventory), "--json", "--limit", good.name, "--interval", "0.2"
         )
         verdict = json.loads(status.stdout)["gpu_gate"][good.name]
-        assert verdict["status"] == "refused", verdict
-        assert verdict["reason"].startswith("p2p: GPU 0 -> GPU 1 P2P read CNS (chipset not supported)")
-        assert "iommu=pt" in verdict["reason"]
-    finally:  # the host serves again for whatever runs after
+        # the tiny model runs on one GPU (tensor_parallel_size 1): no pair of it to judge, the gate passes
+        assert verdict["status"] == "passed" and verdict["reason"].startswith("healthy: 8 GPUs"), verdict
+    finally:  # the host serves as before for whatever runs after
         gate.sh(good, 'sudo python3 -c "' + edit.format("d.pop('p2p', None)") + '"')
-    again = gate.vllmctl("status", str(gate.inventory), "--json", "--limit", good.name, "--interval", "0.2")
-    assert json.loads(again.stdout)["gpu_gate"][good.name]["status"] == "passed", again.stdout[-2000:]
+    assert "p2p" not in gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout

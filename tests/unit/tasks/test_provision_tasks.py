@@ -64,10 +64,14 @@ def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use_and_p2p_per
 
     model = ModelDeployment("tiny", "/srv/m", ("h1",))
     (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
-    assert gate.args == {"models": ["tiny"], "in_use": None, "tp_groups": [None], "gpus_declared": True}
+    assert gate.args == {"models": ["tiny"], "in_use": None, "tp_groups": [[0]], "gpus_declared": True}
     plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (3, 2)), Replica(1, 8001, (0,))))}
     (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
     assert gate.args["in_use"] == [0, 2, 3] and gate.args["tp_groups"] == [[2, 3], [0]]
+    split = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    plans = {"tiny": ModelPlan(split, (Replica(0, 8000), Replica(1, 8001, (7, 6, 5, 4))))}
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    assert gate.args["tp_groups"] == [[0, 1], [2, 3], [6, 7], [4, 5]]  # one TP group per pipeline stage
 
 
 def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
