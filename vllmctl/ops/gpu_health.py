@@ -203,7 +203,7 @@ def gpu_findings(
     health: Mapping[str, Any], in_use: Sequence[int] | None, groups: Groups | None = None
 ) -> list[Finding]:
     """Every failed check; `in_use` is the GPU indices a model uses (None: all of them), `groups` the GPUs of
-    each replica, one tensor-parallel group (None, or a group of None: all of them)."""
+    each tensor-parallel group, whose P2P is judged (None, or a group of None: all of them)."""
     smi: Mapping[str, Any] = health.get("smi") or {}
     if smi.get("status") != "ok":
         evidence = f"nvidia-smi -q: {smi.get('status', 'not run')}"
