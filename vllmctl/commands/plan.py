@@ -8,6 +8,7 @@ catalog and local model directories; hub ids outside the catalog are fetched unl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import cluster_entries
 from vllmctl.ops.base import OpError
+from vllmctl.ops.driver import unsupported_os
 from vllmctl.ops.driver_flavor import host_driver_plan
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.presets import CpuEnginePlan
@@ -80,13 +82,13 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if args.from_status:
         return _from_status(args, ui, inv)
     selected = set(select_hosts(inv, args.limit))
-    facts, resources = None, None
+    facts, resources, releases = None, None, {}
     if args.gather_facts:
         contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
-        gathered = gather_fleet_facts(
-            contexts, ("gpus", "resources", "engine_venvs"), args.timeout, forks=options.DEFAULT_FORKS
-        )
+        wanted = ("gpus", "resources", "engine_venvs", "os_release")
+        gathered = gather_fleet_facts(contexts, wanted, args.timeout, forks=options.DEFAULT_FORKS)
         facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
+        releases = {h: r["facts"].get("os_release") for h, r in gathered.items() if "facts" in r}
     archs, arch_failures = load_model_archs(inv, online=not args.offline)
     adapters = load_adapter_configs(inv.models.values(), online=not args.offline)
     plan = plan_inventory(inv, facts, archs, resources, adapters)
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     on_cpu = cpu_engine_plans(inv, archs)  # a CPU build sizes its own memory: no GPU plan to show
     ok = all(e.plan or (e.host, e.model) in on_cpu for e in entries)
     refused = refused_problems(inv, [e for e in entries if (e.host, e.model) not in on_cpu])
-    drivers, driver_errors = driver_plans(inv, selected)
+    drivers, driver_errors = driver_plans(inv, selected, releases)
     pinned = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
     driver_errors += engine_driver_errors(pinned, ui.warn, online=not args.offline)
     if args.json:
@@ -123,15 +125,22 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     return EXIT_OK if ok else EXIT_FAILURE
 
 
-def driver_plans(inv: Inventory, selected: set[str]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def driver_plans(
+    inv: Inventory, selected: set[str], releases: Mapping[str, Any] | None = None
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Each selected host's driver with a pinned branch: the kernel modules chosen for its GPU and why, or
-    the refusal of a `driver.flavor` its GPU cannot run (before anything is installed)."""
+    the refusal of a `driver.flavor` its GPU cannot run, or (its os-release gathered) of an OS the driver
+    stack is not managed on, before anything is installed."""
     plans: list[dict[str, str]] = []
     errors: list[dict[str, str]] = []
     for name, host in inv.hosts.items():
         if name not in selected or host.driver.branch is None:
             continue
         gpu = host.gpus.model if host.gpus else None
+        refused = unsupported_os((releases or {}).get(name))
+        if refused is not None:
+            errors.append({"host": name, "message": refused.message, "hint": refused.hint})
+            continue
         try:
             plans.append(host_driver_plan(name, gpu, str(host.driver.branch), host.driver.flavor))
         except OpError as exc:

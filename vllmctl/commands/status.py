@@ -21,6 +21,7 @@ from vllmctl.runner import status as status_flow
 from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway import gateway_view
 from vllmctl.runner.gateway_vip import ssh_vip_view, vip_line
+from vllmctl.runner.gpu_gate import gate_view
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
     findings,
@@ -93,9 +94,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         gateway = gateway_view(inv, args.timeout)
         now = datetime.now(UTC)
         vip = ssh_vip_view(inv, args.timeout)
+        gpu_gate = gate_view(inv, hosts, args.timeout)
         if args.json:
             extra = {**({"gateway": gateway} if gateway else {}), **({"gateway_vip": vip} if vip else {})}
-            ui.json({**status_json(statuses, now), **extra})
+            ui.json({**status_json(statuses, now), **extra, "gpu_gate": gpu_gate})
         else:
             ui.table(status_table(statuses))
             if gateway:
@@ -106,4 +108,9 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
                 ui.info(vip_line(vip))
             for line in findings(statuses):
                 ui.info(line)
+            for host, gate in gpu_gate.items():
+                ui.info(
+                    f"{host}: GPU gate {gate['status']}"
+                    + ("" if gate["status"] == "passed" else f": {gate['reason']}")
+                )
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE

@@ -3,7 +3,8 @@
 NVSwitch devices (the driver's `/proc/driver/nvidia-nvswitch/devices`, as NVIDIA's driver container checks,
 and the `/dev/nvidia-nvswitch<N>` nodes), nouveau loaded, `NVRM: Xid` kernel lines since boot, the installed
 `nvidia-*`/`libnvidia-*` packages and their holds, and per GPU from `nvidia-smi -q`: persistence mode, MIG
-mode, the fabric state and status, uncorrectable ECC counts and pending page retirement / row remapping.
+mode, the fabric state and status, uncorrectable ECC counts and pending page retirement / row remapping;
+the hardware sections of `gpu_hardware` (P2P matrix, ACS, IOMMU, Secure Boot, headers, DCGM) ride along.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines
+from vllmctl.facts.gpu_hardware import HARDWARE_COMMAND, HARDWARE_MARKS, parse_hardware
 
 NVSWITCH_MARK = "@@nvswitch"
 NOUVEAU_MARK = "@@nouveau"
@@ -32,6 +34,7 @@ GPU_HEALTH_COMMAND = (
     f"echo {PACKAGES_MARK}; dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' "
     "'nvidia-*' 'libnvidia-*' 2>/dev/null; "
     f"echo {HOLDS_MARK}; apt-mark showhold 2>/dev/null; "
+    f"{HARDWARE_COMMAND}"
     f"echo {SMI_MARK}; if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -q 2>&1; "
     f'echo "{SMI_EXIT_MARK} $?"; else echo "{SMI_EXIT_MARK} 127"; fi; true'
 )
@@ -148,7 +151,7 @@ def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
     sections: dict[str, list[str]] = {}
     current: str | None = None
     smi_exit = 127
-    marks = {NVSWITCH_MARK, NOUVEAU_MARK, XID_MARK, PACKAGES_MARK, HOLDS_MARK, SMI_MARK}
+    marks = {NVSWITCH_MARK, NOUVEAU_MARK, XID_MARK, PACKAGES_MARK, HOLDS_MARK, SMI_MARK, *HARDWARE_MARKS}
     for line in output.splitlines():
         word = line.strip()
         if word in marks:
@@ -176,6 +179,7 @@ def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
         "packages": dict(sorted(installed.items())),
         "held": held,
         "smi": parse_smi_query(sections.get(SMI_MARK, []), smi_exit),
+        **parse_hardware(sections),
     }
 
 

@@ -154,6 +154,20 @@ def topology(gpus: list[dict[str, Any]]) -> int:
     return 0
 
 
+def p2p(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
+    """`topo -p2p r`: OK between every pair unless gpus.json's `p2p` names the pair ({"0,1": "CNS"})."""
+    broken: dict[str, str] = doc.get("p2p") or {}
+    names = [g["index"] for g in gpus]
+    out = [" \t" + "".join(f"GPU{i}\t" for i in names)]
+    for a in names:
+        cells = ["X" if a == b else broken.get(f"{a},{b}") or broken.get(f"{b},{a}") or "OK" for b in names]
+        out.append(f" GPU{a}\t" + "".join(f"{c}\t" for c in cells))
+    legend = ["X    = Self", "OK   = Status Ok", "CNS  = Chipset not supported", "GNS  = GPU not supported"]
+    legend += ["TNS  = Topology not supported", "NS   = Not supported", "U    = Unknown"]
+    sys.stdout.write("\n".join([*out, "", "Legend:", "", *(f"  {x}" for x in legend)]) + "\n")
+    return 0
+
+
 def fabric(doc: dict[str, Any]) -> tuple[str, str]:
     """(state, status) of the Fabric section: N/A without NVSwitches; on an HGX profile what gpus.json says
     (`fabric`, which the lab's Fabric Manager sets), Not Started when it says nothing."""
@@ -279,6 +293,8 @@ def main(args: list[str]) -> int:
         return query_details(gpus, doc)
     if args[:1] == ["topo"] and "-m" in args:
         return topology(gpus)
+    if args[:2] == ["topo", "-p2p"] and args[2:3] == ["r"]:
+        return p2p(gpus, doc)
     if not [a for a in args if a not in ("-i", "--id") and a != selected]:
         return summary(gpus, doc)
     sys.stdout.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")

@@ -16,6 +16,9 @@ DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
 # moved alone gives "NVML: Driver/library version mismatch"); Fabric Manager is fabric_manager's
 BRANCH_PACKAGE = re.compile(r"^(lib)?nvidia-(?!fabricmanager)")
 REBOOT_WAIT_S = 600.0
+# where the apt steps below are known to work: Ubuntu LTS releases (NVIDIA's CUDA repository and Ubuntu's own
+# nvidia-driver-<branch> packages) and Debian (its nvidia-driver packages; the lab)
+UBUNTU_RELEASES = ("22.04", "24.04")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,23 @@ def upstream_version(deb_version: str) -> str:
 
 def _facts(args: Args) -> FactRequests:
     return {"gpus": (), "driver_packages": (), "os_release": (), "gpu_health": ()}
+
+
+def unsupported_os(release: Facts | None) -> OpError | None:
+    """The refusal of the driver stack on an OS other than Ubuntu 22.04/24.04 or Debian (None when the
+    os-release is unknown: nothing is claimed about it)."""
+    if not release or not release.get("id"):
+        return None
+    name, version = str(release["id"]), str(release.get("version_id") or "")
+    if name == "debian" or (name == "ubuntu" and version in UBUNTU_RELEASES):
+        return None
+    shown = release.get("pretty_name") or f"{name} {version}".strip()
+    return OpError(
+        f"the driver stack is not managed on {shown}: vllmctl installs NVIDIA drivers on Ubuntu "
+        f"{' and '.join(UBUNTU_RELEASES)} and Debian only",
+        "run a supported OS on this host, or remove driver.branch for it and install the driver yourself "
+        "(the GPU health gate still checks it before any engine starts)",
+    )
 
 
 def hold_branch(major: str) -> Command:
@@ -95,7 +115,10 @@ def chosen_package(args: Args, facts: Facts) -> tuple[str, str]:
     """(package, why that flavour). On Ubuntu the kernel-module flavour is chosen per GPU and branch
     (`driver_flavor.choose_flavor`); elsewhere (Debian) the package is named as before,
     `nvidia-driver-<branch>` plus the requested flavour. A requested flavour the GPU cannot run is refused
-    on every OS."""
+    on every OS, and an OS vllmctl does not install drivers on before anything else."""
+    refused = unsupported_os(facts.get("os_release"))
+    if refused is not None:
+        raise refused
     branch = str(args["branch"])
     requested = args.get("flavor")
     requested = None if requested is None else str(requested)

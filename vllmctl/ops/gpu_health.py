@@ -30,6 +30,20 @@ RESET_XIDS: Mapping[int, str] = {
 # Xid 154 states the recovery the driver now requires; these need a reset or a reboot
 XID_154_RESET = ("Reset Required", "Reboot Required", "Drain and Reset")
 FABRIC_OK = "Completed"
+# `nvidia-smi topo -p2p r` legend; GNS (a GPU without P2P, e.g. GeForce) is no fault of the host: NCCL goes
+# through host memory there and no setting brings P2P back, so it is not refused
+P2P_STATES = {
+    "CNS": "chipset not supported",
+    "TNS": "topology not supported",
+    "NS": "not supported",
+    "DR": "disabled by regkey",
+    "U": "unknown",
+}
+P2P_FIX = (
+    "turn PCI ACS off on the bridges between them (BIOS, or `setpci -s <bridge> ECAP_ACS+0x6.w=0000` at "
+    "each boot) and boot with IOMMU passthrough (`iommu=pt` on the kernel command line), as NVIDIA's NCCL "
+    "troubleshooting guide (PCI Access Control Services) says; or give the replica GPUs whose P2P is OK"
+)
 
 
 @dataclass(frozen=True)
@@ -123,8 +137,73 @@ def _gpu_checks(gpu: Mapping[str, Any], nvswitch: bool, used: bool) -> list[Find
     return found
 
 
-def gpu_findings(health: Mapping[str, Any], in_use: Sequence[int] | None) -> list[Finding]:
-    """Every failed check; `in_use` is the GPU indices a model uses (None: all of them)."""
+Groups = Sequence[Sequence[int] | None]
+
+
+def _group_pairs(gpus: Sequence[int], groups: Groups | None) -> list[tuple[int, int]]:
+    """Each pair of GPUs one tensor-parallel group spans; a group of None (or no groups) is all the GPUs."""
+    pairs: set[tuple[int, int]] = set()
+    for group in groups if groups is not None else [None]:
+        members = sorted(gpus if group is None else {g for g in group if g in gpus})
+        pairs |= {(a, b) for a in members for b in members if a < b}
+    return sorted(pairs)
+
+
+def p2p_findings(health: Mapping[str, Any], groups: Groups | None) -> list[Finding]:
+    """A pair of GPUs of one tensor-parallel group whose P2P read is not OK, either way."""
+    p2p: Mapping[str, Any] = health.get("p2p") or {}
+    status: Mapping[str, str] = p2p.get("status") or {}
+    found: list[Finding] = []
+    for a, b in _group_pairs(list(p2p.get("gpus") or []), groups):
+        cells = [status.get(f"{a},{b}"), status.get(f"{b},{a}")]
+        bad = next((c for c in cells if c in P2P_STATES), None)
+        if bad is None:
+            continue
+        bridges = health.get("acs_bridges") or []
+        acs = f"; ACS on at PCI bridges {', '.join(bridges)}" if bridges else ""
+        iommu = f"; kernel command line {health['iommu']}" if health.get("iommu") else ""
+        evidence = (
+            f"GPU {a} -> GPU {b} P2P read {bad} ({P2P_STATES[bad]}) in `nvidia-smi topo -p2p r`, and one "
+            f"tensor-parallel group spans both{acs}{iommu}"
+        )
+        found.append(Finding("p2p", evidence, P2P_FIX))
+    return found
+
+
+def tp_warnings(
+    health: Mapping[str, Any], topology: Mapping[str, Any] | None, groups: Groups | None
+) -> list[str]:
+    """A tensor-parallel group whose GPUs reach each other over PCIe only (no NVLink in `nvidia-smi topo -m`,
+    no NVSwitch) on a host with ACS on: served, but its all-reduces go through the root complex."""
+    bridges = list(health.get("acs_bridges") or [])
+    if not bridges or not topology or health.get("nvswitch") or health.get("nvlink5"):
+        return []
+    links: Mapping[str, Mapping[str, str]] = topology.get("links") or {}
+    gpus = [int(name[3:]) for name in topology.get("gpus") or []]
+    found: list[str] = []
+    for group in groups if groups is not None else [None]:
+        pairs = _group_pairs(gpus, [group])
+        seen = [(a, b, (links.get(f"GPU{a}") or {}).get(f"GPU{b}")) for a, b in pairs]
+        if not seen or any(link is None or link.startswith("NV") for _, _, link in seen):
+            continue
+        members = sorted({g for a, b, _ in seen for g in (a, b)})
+        kinds = ", ".join(sorted({str(link) for _, _, link in seen}))
+        which = ", ".join(map(str, members))
+        found.append(
+            f"GPUs {which} of one tensor-parallel group reach each other over PCIe only "
+            f"(`nvidia-smi topo -m`: {kinds}, no NVLink) with ACS on at PCI bridges {', '.join(bridges)}: "
+            "vLLM's distributed serving guide advises pipeline parallelism for GPUs without NVLink "
+            f"(engine_args: tensor_parallel_size: 1, pipeline_parallel_size: {len(members)}), or turn ACS "
+            "off (NVIDIA's NCCL troubleshooting guide)"
+        )
+    return found
+
+
+def gpu_findings(
+    health: Mapping[str, Any], in_use: Sequence[int] | None, groups: Groups | None = None
+) -> list[Finding]:
+    """Every failed check; `in_use` is the GPU indices a model uses (None: all of them), `groups` the GPUs of
+    each tensor-parallel group, whose P2P is judged (None, or a group of None: all of them)."""
     smi: Mapping[str, Any] = health.get("smi") or {}
     if smi.get("status") != "ok":
         evidence = f"nvidia-smi -q: {smi.get('status', 'not run')}"
@@ -137,16 +216,18 @@ def gpu_findings(health: Mapping[str, Any], in_use: Sequence[int] | None) -> lis
     for gpu in smi.get("gpus", []):
         used = in_use is None or gpu.get("index") in in_use
         found += _gpu_checks(gpu, nvswitch, used)
-    return found + _xid_findings(health.get("xid", []))
+    return found + p2p_findings(health, groups) + _xid_findings(health.get("xid", []))
 
 
-def verdict(health: Mapping[str, Any] | None, in_use: Sequence[int] | None = None) -> str:
+def verdict(
+    health: Mapping[str, Any] | None, in_use: Sequence[int] | None = None, groups: Groups | None = None
+) -> str:
     """One line for `vllmctl facts`: healthy, or the failed checks."""
     if not health:
         return "-"
     if (health.get("smi") or {}).get("status") == "not-installed":
         return "no nvidia-smi here (a host with GPUs needs its driver: driver.branch)"
-    found = gpu_findings(health, in_use)
+    found = gpu_findings(health, in_use, groups)
     if not found:
         count = len((health.get("smi") or {}).get("gpus", []))
         fabric = ", fabric Completed" if health.get("nvswitch") else ""
@@ -155,7 +236,7 @@ def verdict(health: Mapping[str, Any] | None, in_use: Sequence[int] | None = Non
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"gpu_health": ()}
+    return {"gpu_health": (), "gpu_topology": ()}
 
 
 def _plan(args: Args, facts: Facts) -> Step:
@@ -169,16 +250,18 @@ def _plan(args: Args, facts: Facts) -> Step:
         return noop(
             "gpu_health", "gpus", f"no NVIDIA GPU here (nvidia-smi: {smi['status']}, none in the inventory)"
         )
-    in_use = args.get("in_use")
-    found = gpu_findings(health, None if in_use is None else list(in_use))
+    in_use, groups = args.get("in_use"), args.get("tp_groups")
+    found = gpu_findings(health, None if in_use is None else list(in_use), groups)
     if not found:
-        return noop(
-            "gpu_health", "gpus", verdict(health, in_use) + f"; engines of {', '.join(models)} may start"
-        )
+        reason = verdict(health, in_use, groups) + f"; engines of {', '.join(models)} may start"
+        warned = tuple(tp_warnings(health, facts.get("gpu_topology"), groups))
+        return Step("gpu_health", "gpus", noop=reason, warnings=warned)
     lines = [f"GPU health gate: engines of {', '.join(models)} not started", *(f.render() for f in found)]
     # the refusal is a step that fails with the evidence: the host stops before its services phase
     refuse = run("sh", "-c", 'printf "%s\\n" "$@" >&2; exit 1', "gpu-health", *lines, sudo=False)
     return Step("gpu_health", "gpus", (refuse,), warnings=tuple(lines[1:]))
 
 
-GPU_HEALTH = Operation("gpu_health", _facts, _plan, {"in_use": None, "gpus_declared": True})
+GPU_HEALTH = Operation(
+    "gpu_health", _facts, _plan, {"in_use": None, "tp_groups": None, "gpus_declared": True}
+)

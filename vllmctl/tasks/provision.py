@@ -15,8 +15,10 @@ from vllmctl.render.quoting import venv_dir_name
 from vllmctl.tasks.adapters import is_local, stage_call, staging_calls
 from vllmctl.tasks.desired import (
     HostContext,
+    ModelPlan,
     OpCall,
     Params,
+    Replica,
     applied_hash,
     env_path,
     index_credentials,
@@ -170,15 +172,33 @@ def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:
     return calls
 
 
+def tp_groups(plan: ModelPlan, replica: Replica) -> list[list[int]]:
+    """The GPUs of each tensor-parallel group of one replica, whose P2P the gate judges: vLLM puts
+    consecutive ranks in one TP group, one group per pipeline stage; without assigned GPUs the engine sees
+    them all and takes the first tp x pp. Assigned GPUs that do not match tp x pp are judged as one group."""
+    tp = int(plan.engine_args.get("tensor_parallel_size") or 1)
+    pp = int(plan.engine_args.get("pipeline_parallel_size") or 1)
+    gpus = list(range(tp * pp)) if replica.gpus is None else list(replica.gpus)
+    if len(gpus) != tp * pp:
+        return [sorted(gpus)]
+    return [sorted(gpus[stage * tp : (stage + 1) * tp]) for stage in range(pp)]
+
+
 def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
     """The health gate before this host's engines start: MIG is judged on the GPUs its replicas use (all of
-    them when a replica names none)."""
+    them when a replica names none), P2P between the GPUs of each tensor-parallel group."""
     models = ctx.models()
     replicas = [r for m in models for r in ctx.plan(m).replicas]
     in_use = (
         None if any(r.gpus is None for r in replicas) else sorted({g for r in replicas for g in r.gpus or ()})
     )
-    args = {"models": [m.name for m in models], "in_use": in_use, "gpus_declared": ctx.host.gpus is not None}
+    groups = [g for m in models for r in ctx.plan(m).replicas for g in tp_groups(ctx.plan(m), r)]
+    args = {
+        "models": [m.name for m in models],
+        "in_use": in_use,
+        "tp_groups": groups,
+        "gpus_declared": ctx.host.gpus is not None,
+    }
     return [OpCall("gpu_health", args)]
 
 

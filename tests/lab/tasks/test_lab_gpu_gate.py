@@ -183,3 +183,28 @@ def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) ->
         "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
     )
     assert json.loads(again.stdout)["hosts"][host.name]["recap"]["changed"] == 0, again.stdout[-3000:]
+
+
+def test_facts_show_the_hardware_keys_and_p2p_is_judged_on_the_gpus_a_replica_spans(gate: Gate) -> None:
+    good = gate.fleet.hosts[2]
+    shown = gate.vllmctl("facts", str(gate.inventory), "--json", "--limit", good.name)
+    assert shown.returncode == 0, shown.stderr
+    health = json.loads(shown.stdout)[good.name]["facts"]["gpu_health"]
+    assert health["p2p"]["gpus"] == list(range(8)) and set(health["p2p"]["status"].values()) == {"OK"}
+    assert health["secure_boot"] in (None, False) and health["kernel_release"]
+    assert health["nvlink5"] is False and health["acs_bridges"] == [] and health["dcgm"] is False
+    edit = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); {}; json.dump(d, open(p, 'w'))"
+    gate.sh(good, 'sudo python3 -c "' + edit.format("d['p2p']={'0,1': 'CNS'}") + '"')
+    try:
+        table = gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
+        # `facts` knows no model: every pair is judged
+        assert "refused: p2p: GPU 0 -> GPU 1 P2P read CNS" in table, table
+        status = gate.vllmctl(
+            "status", str(gate.inventory), "--json", "--limit", good.name, "--interval", "0.2"
+        )
+        verdict = json.loads(status.stdout)["gpu_gate"][good.name]
+        # the tiny model runs on one GPU (tensor_parallel_size 1): no pair of it to judge, the gate passes
+        assert verdict["status"] == "passed" and verdict["reason"].startswith("healthy: 8 GPUs"), verdict
+    finally:  # the host serves as before for whatever runs after
+        gate.sh(good, 'sudo python3 -c "' + edit.format("d.pop('p2p', None)") + '"')
+    assert "p2p" not in gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout

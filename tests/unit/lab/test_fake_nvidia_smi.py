@@ -93,6 +93,20 @@ def test_topology_matrix(h100x2: dict[str, object], tmp_path: Path) -> None:
     assert lines[2].split("\t")[:3] == ["GPU1", "NV18", "X"]
 
 
+def test_p2p_matrix_parses_as_the_gpu_health_fact_reads_it(tmp_path: Path) -> None:
+    from vllmctl.facts.gpu_hardware import parse_p2p
+
+    (hgx,) = parse_gpu_spec("8xH100-80GB")
+    doc = gpus_document("lab-1", hgx, DRIVER_RELEASES["580"])
+    found = parse_p2p(smi(doc, tmp_path, "topo", "-p2p", "r").stdout.splitlines())
+    assert found is not None and found["gpus"] == list(range(8))
+    assert set(found["status"].values()) == {"OK"} and len(found["status"]) == 56
+    doc["p2p"] = {"2,5": "CNS"}  # a fixture: one pair behind a chipset that refuses P2P
+    broken = parse_p2p(smi(doc, tmp_path, "topo", "-p2p", "r").stdout.splitlines())
+    assert broken is not None
+    assert {k for k, v in broken["status"].items() if v != "OK"} == {"2,5", "5,2"}
+
+
 @pytest.mark.parametrize("args", [(), ("-L",), ("--version",), ("--query-gpu=name", "--format=csv")])
 def test_no_driver_fails_like_the_real_tool(tmp_path: Path, args: tuple[str, ...]) -> None:
     doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], None)

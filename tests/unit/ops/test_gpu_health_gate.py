@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from vllmctl.commands.facts import summarize
-from vllmctl.ops.gpu_health import RESET_XIDS, gpu_findings, verdict
+from vllmctl.ops.gpu_health import RESET_XIDS, gpu_findings, tp_warnings, verdict
 from vllmctl.tasks.playbooks import load_playbook
 
 FACTS = Path(__file__).parents[1] / "facts" / "gpu_health"
@@ -76,3 +76,31 @@ def test_site_runs_the_gate_in_its_own_phase_right_before_the_services() -> None
     assert phases[phases.index("services") - 1] == "gpu"
     tasks = [t.task for t in load_playbook("site").phases[phases.index("gpu")].tasks]
     assert tasks == ["gpu_health", "dcgm_diag"]  # the diag only on GPUs the gate passed
+
+
+def test_p2p_is_judged_only_between_the_gpus_of_one_tensor_parallel_group() -> None:
+    health = fact("pcie_l40s_acs_on_p2p_cns_secure_boot")  # pairs 0-1 and 2-3 OK, CNS across them
+    assert gpu_findings(health, None, [[0, 1], [2, 3]]) == []
+    (finding,) = gpu_findings(health, None, [[0, 1], [1, 2]])
+    assert finding.check == "p2p" and "GPU 1 -> GPU 2 P2P read CNS" in finding.evidence
+    assert "40:01.1, 42:08.0" in finding.evidence and "iommu=pt" in finding.fix
+    assert len(gpu_findings(health, None, None)) == 4  # no groups known (`vllmctl facts`): every pair
+    assert verdict(health).startswith("refused: p2p: GPU 0 -> GPU 2 P2P read CNS")
+
+
+def test_a_gpu_without_p2p_is_no_fault_of_the_host() -> None:
+    health = {**fact("hgx_h100_healthy"), "p2p": {"gpus": [0, 1], "status": {"0,1": "GNS", "1,0": "GNS"}}}
+    assert gpu_findings(health, None, [[0, 1]]) == []
+    assert gpu_findings({**health, "p2p": None}, None, [[0, 1]]) == []
+
+
+def test_tensor_parallel_over_pcie_with_acs_on_is_warned_only_without_nvlink() -> None:
+    health = {**fact("pcie_l40s_acs_on_p2p_cns_secure_boot"), "p2p": None}
+    pcie = {"gpus": ["GPU0", "GPU1"], "links": {"GPU0": {"GPU1": "PXB"}, "GPU1": {"GPU0": "PXB"}}}
+    (warning,) = tp_warnings(health, pcie, [[0, 1]])
+    assert "PXB, no NVLink" in warning and "pipeline_parallel_size: 2" in warning
+    nvlink = {"gpus": ["GPU0", "GPU1"], "links": {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}}
+    assert tp_warnings(health, nvlink, [[0, 1]]) == []
+    assert tp_warnings({**health, "acs_bridges": []}, pcie, [[0, 1]]) == []
+    assert tp_warnings(health, pcie, [[0], [1]]) == []  # one GPU per replica: no tensor parallelism
+    assert tp_warnings(health, None, [[0, 1]]) == []  # topology unknown: nothing claimed

@@ -59,15 +59,19 @@ def test_driver_tasks_carry_the_gpu_and_the_flavour_override() -> None:
     assert (call.args["gpu"], call.args["flavor"]) == (None, "server")
 
 
-def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use() -> None:
+def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use_and_p2p_per_replica() -> None:
     from vllmctl.tasks.desired import ModelPlan, Replica
 
     model = ModelDeployment("tiny", "/srv/m", ("h1",))
     (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
-    assert gate.args == {"models": ["tiny"], "in_use": None, "gpus_declared": True}
-    plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (1,)), Replica(1, 8001, (0,))))}
+    assert gate.args == {"models": ["tiny"], "in_use": None, "tp_groups": [[0]], "gpus_declared": True}
+    plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (3, 2)), Replica(1, 8001, (0,))))}
     (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
-    assert gate.args["in_use"] == [0, 1]
+    assert gate.args["in_use"] == [0, 2, 3] and gate.args["tp_groups"] == [[2, 3], [0]]
+    split = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    plans = {"tiny": ModelPlan(split, (Replica(0, 8000), Replica(1, 8001, (7, 6, 5, 4))))}
+    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    assert gate.args["tp_groups"] == [[0, 1], [2, 3], [6, 7], [4, 5]]  # one TP group per pipeline stage
 
 
 def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
