@@ -1,5 +1,6 @@
 """`vllmctl export prometheus INVENTORY`: Prometheus file-based service discovery for every engine port (and
-the gateway's and DCGM Exporter's where enabled), or the `scrape_configs` snippet that reads that file.
+the gateway's and DCGM Exporter's where enabled), the `scrape_configs` snippet that reads that file, or rules
+recording each replica's prefix-cache hit rate.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ JOB = "vllmctl"
 DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"
 # Engines answer /metrics on their serving port; 15 s is Prometheus's own default scrape interval.
 SCRAPE_INTERVAL = "15s"
+# Per replica: an engine port is one `instance`; vLLM's counters are summed over its data-parallel engines.
+BY = "sum by (job, instance, host, model)"
+RATE_WINDOW = "5m"
 
 
 def _hostport(address: str, port: int) -> str:
@@ -89,6 +93,25 @@ def scrape_config(sd_file: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def recording_rules() -> str:
+    """A Prometheus rules file: each replica's prefix-cache hit rate (cached / queried prompt tokens) over
+    the last RATE_WINDOW and since its engine started; else vLLM V0's hit-rate gauge."""
+    hits, queries = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+    selector = f'{{job="{JOB}"}}'
+    gauge = f"max by (job, instance, host, model) (vllm:gpu_prefix_cache_hit_rate{selector})"
+    recent = (
+        f"{BY} (rate({hits}{selector}[{RATE_WINDOW}]))"
+        f" / ({BY} (rate({queries}{selector}[{RATE_WINDOW}])) > 0)"
+        f" or {gauge}"
+    )
+    lifetime = f"{BY} ({hits}{selector}) / ({BY} ({queries}{selector}) > 0) or {gauge}"
+    rules = [
+        {"record": f"vllmctl:prefix_cache_hit_rate:rate{RATE_WINDOW}", "expr": recent},
+        {"record": "vllmctl:prefix_cache_hit_rate:lifetime", "expr": lifetime},
+    ]
+    return yaml.safe_dump({"groups": [{"name": JOB, "rules": rules}]}, sort_keys=False, width=1000)
+
+
 def _write_atomically(path: Path, text: str) -> None:
     # Prometheus re-reads the file when it changes; a rename means it never sees half a file.
     try:
@@ -109,15 +132,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "export",
         help="export the fleet's engine endpoints for monitoring",
         description="Write Prometheus file-based service discovery JSON for every engine port of the "
-        "inventory, or (--format scrape-config) the scrape_configs snippet that reads it.",
+        "inventory, (--format scrape-config) the scrape_configs snippet that reads it, or (--format rules) "
+        "recording rules for each replica's prefix-cache hit rate.",
     )
     parser.add_argument("target", choices=["prometheus"], help="what to export for")
     parser.add_argument("inventory", metavar="INVENTORY", help="inventory file")
     parser.add_argument(
         "--format",
-        choices=["file-sd", "scrape-config"],
+        choices=["file-sd", "scrape-config", "rules"],
         default="file-sd",
-        help="file-sd: the targets JSON (default); scrape-config: a scrape_configs YAML snippet",
+        help="file-sd: the targets JSON (default); scrape-config: a scrape_configs YAML snippet; rules: a "
+        "rule_files file recording vllmctl:prefix_cache_hit_rate:rate5m and :lifetime per replica",
     )
     parser.add_argument("--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     parser.add_argument(
@@ -130,11 +155,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = planned_inventory(load_inventory(args.inventory))  # a bad file fails early, always
-    if args.format == "scrape-config":
-        snippet = scrape_config(args.sd_file or DEFAULT_SD_FILE)
+    if args.format in ("scrape-config", "rules"):
+        rules = args.format == "rules"
+        snippet = recording_rules() if rules else scrape_config(args.sd_file or DEFAULT_SD_FILE)
         if args.output:
             _write_atomically(Path(args.output), snippet)
-            ui.info(f"wrote the scrape config to {args.output}")
+            ui.info(f"wrote the {'recording rules' if rules else 'scrape config'} to {args.output}")
         else:
             ui.data(snippet.rstrip("\n"))
         return EXIT_OK

@@ -24,6 +24,8 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
     "gen_throughput": ("sglang:gen_throughput",),
     "kv_capacity_tokens": ("sglang:max_total_num_tokens",),
+    # Only where the engine has no counters: vLLM V0's gauge and SGLang's are hit rates of their own window.
+    "prefix_cache_hit_rate_gauge": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
 }
 COUNTERS: dict[str, tuple[str, ...]] = {
     "preemptions_total": (
@@ -34,6 +36,9 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prompt_tokens_total": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
     "generation_tokens_total": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "requests_succeeded_total": ("vllm:request_success_total", "sglang:num_requests_total"),
+    # In tokens; vLLM 0.9 renamed them from vllm:gpu_prefix_cache_* (vllm/v1/metrics/loggers.py).
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
 }
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
@@ -82,6 +87,16 @@ class EngineMetrics:
     kv_capacity_tokens: float | None = None
     ttft: HistogramSummary | None = None
     itl: HistogramSummary | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    prefix_cache_hit_rate_gauge: float | None = None
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Cached prompt tokens over queried ones since the engine started, else the engine's own gauge."""
+        if self.prefix_cache_queries_total and self.prefix_cache_hits_total is not None:
+            return self.prefix_cache_hits_total / self.prefix_cache_queries_total
+        return self.prefix_cache_hit_rate_gauge
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,7 @@ class Rates:
     prompt_tokens_per_s: float | None
     generation_tokens_per_s: float | None
     requests_per_s: float | None
+    prefix_cache_hit_rate: float | None = None  # cached / queried prompt tokens between the snapshots
 
 
 def _model_of(sample: Sample) -> str:
@@ -175,6 +191,7 @@ def parse_metrics(text: str) -> dict[str, EngineMetrics]:
             requests_waiting=gauges["requests_waiting"] or 0.0,
             kv_usage=kv_usage,
             gen_throughput=gauges["gen_throughput"],
+            prefix_cache_hit_rate_gauge=gauges["prefix_cache_hit_rate_gauge"],
             kv_capacity_tokens=gauges["kv_capacity_tokens"] or server_kv_tokens,
             ttft=_histogram(values, HISTOGRAMS["ttft"]),
             itl=_histogram(values, HISTOGRAMS["itl"]),
@@ -205,7 +222,17 @@ def rates(prev: EngineMetrics, cur: EngineMetrics, dt_s: float) -> Rates:
         per_s("prompt_tokens_total"),
         per_s("generation_tokens_total"),
         per_s("requests_succeeded_total"),
+        prefix_cache_hit_rate(prev, cur),
     )
+
+
+def prefix_cache_hit_rate(prev: EngineMetrics, cur: EngineMetrics) -> float | None:
+    """Cached over queried prompt tokens between two snapshots; None when no prompt was queried."""
+    queried = _increase(prev.prefix_cache_queries_total, cur.prefix_cache_queries_total)
+    hit = _increase(prev.prefix_cache_hits_total, cur.prefix_cache_hits_total)
+    if not queried or hit is None:
+        return None
+    return min(hit / queried, 1.0)  # a restart between the two counters' reads must not show over 100 %
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ HEADERS = {
     "kv_used": "KV USED",
     "preempted": "PREEMPTED (/S)",
     "tokens_per_s": "TOK/S IN/OUT",
+    "prefix_hits": "PREFIX HIT (NOW)",
     "kv_tokens": "KV TOKENS",
     "advice": "ADVICE",
 }
@@ -77,6 +78,15 @@ def _throughput(r: Rates | None) -> str:
     return f"{_number(r.prompt_tokens_per_s, 1)}/{_number(r.generation_tokens_per_s, 1)}"
 
 
+def _prefix_hits(m: EngineMetrics | None, r: Rates | None) -> str:
+    """Prefix-cache hit rate since the engine started, and over this status's scrapes."""
+    lifetime = m.prefix_cache_hit_rate if m else None
+    if lifetime is None:
+        return MISSING
+    now = MISSING if r is None or r.prefix_cache_hit_rate is None else f"{r.prefix_cache_hit_rate:.0%}"
+    return f"{lifetime:.0%} ({now})"
+
+
 def status_row(status: ModelStatus) -> dict[str, str]:
     """One row of display text, keyed by COLUMNS."""
     m, r = status.metrics, status.rates
@@ -92,6 +102,7 @@ def status_row(status: ModelStatus) -> dict[str, str]:
         "kv_used": MISSING if m is None or m.kv_usage is None else f"{m.kv_usage:.0%}",
         "preempted": _preempted(m, r),
         "tokens_per_s": _throughput(r),
+        "prefix_hits": _prefix_hits(m, r),
         "kv_tokens": _kv_cell(status),
         "advice": ", ".join(a.code for a in status.advice) or MISSING,
     }
@@ -168,6 +179,8 @@ def _metrics_json(m: EngineMetrics | None) -> dict[str, Any] | None:
         "kv_capacity_tokens": m.kv_capacity_tokens,
         "ttft_mean_s": m.ttft.mean if m.ttft else None,
         "itl_mean_s": m.itl.mean if m.itl else None,
+        "prefix_cache_queries_total": m.prefix_cache_queries_total,
+        "prefix_cache_hits_total": m.prefix_cache_hits_total,
     }
 
 
@@ -180,6 +193,15 @@ def _rates_json(r: Rates | None) -> dict[str, Any] | None:
         "prompt_tokens_per_s": r.prompt_tokens_per_s,
         "generation_tokens_per_s": r.generation_tokens_per_s,
         "requests_per_s": r.requests_per_s,
+        "prefix_cache_hit_rate": r.prefix_cache_hit_rate,
+    }
+
+
+def _prefix_json(s: ModelStatus) -> dict[str, float | None]:
+    """Both hit rates side by side: over the scrape interval (null without prompts in it) and lifetime."""
+    return {
+        "interval": s.rates.prefix_cache_hit_rate if s.rates else None,
+        "lifetime": s.metrics.prefix_cache_hit_rate if s.metrics else None,
     }
 
 
@@ -197,6 +219,7 @@ def status_json(statuses: Sequence[ModelStatus], now: datetime | None = None) ->
             "error": s.error or None,
             "metrics": _metrics_json(s.metrics),
             "rates": _rates_json(s.rates),
+            "prefix_cache_hit_rate": _prefix_json(s),
             "advice": [a.to_json() for a in s.advice],
             "kv": {
                 "planned_tokens": s.planned_kv_tokens,

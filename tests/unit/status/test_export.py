@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from vllmctl import cli
-from vllmctl.commands.export import scrape_config, service_discovery
+from vllmctl.commands.export import recording_rules, scrape_config, service_discovery
 from vllmctl.inventory import load_inventory
 from vllmctl.tasks.desired import ModelPlan, Replica
 
@@ -125,6 +125,16 @@ def test_scrape_config_default_path_is_valid_yaml() -> None:
     parsed = yaml.safe_load(scrape_config("/etc/prometheus/file_sd/vllmctl.json"))
     job = parsed["scrape_configs"][0]
     assert job["file_sd_configs"] == [{"files": ["/etc/prometheus/file_sd/vllmctl.json"]}]
+
+
+def test_cli_writes_the_prefix_cache_rules(
+    inventory_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "vllmctl.rules.yml"
+    argv = ["export", "prometheus", str(inventory_file), "--format", "rules", "--output", str(target)]
+    assert cli.main(argv) == 0
+    assert target.read_text() == recording_rules()
+    assert f"wrote the recording rules to {target}" in capsys.readouterr().err
 
 
 def test_unwritable_output_is_an_input_error(

@@ -60,6 +60,7 @@ def test_row_of_a_queueing_server() -> None:
         "kv_used": "35%",
         "preempted": "0 (0.00/s)",
         "tokens_per_s": "45.1/726.7",
+        "prefix_hits": "0% (-)",
         "kv_tokens": "768 (+0.0% vs plan)",
         "advice": "max-num-seqs-too-low",
     }
