@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ import yaml
 
 from vllmctl.gateway.runtime import SHOW_STAT, parse_stat
 from vllmctl.ops import OPERATIONS
-from vllmctl.paths import HAPROXY_CANDIDATE, HAPROXY_CONFIG
+from vllmctl.paths import HAPROXY_CANDIDATE, HAPROXY_CONFIG, LOCK_DIR
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -268,6 +269,35 @@ def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gate
         assert stops and min(stops) >= drained[0]["time"], (stops, drained)
     back = json.loads(rolled.stdout)
     assert all(back[h.name]["ok"] for h in gateway.deployment.engine_hosts), back
+
+
+def test_an_apply_ended_by_sigterm_mid_release_leaves_no_server_drained_and_no_lock(gateway: Gateway) -> None:
+    """#38: SIGTERM (a CI job's time limit, `systemctl stop`) while a host is drained for its restart: the
+    run stops at the host's next step boundary, sets its server ready again and releases every lock."""
+    deployment = gateway.deployment
+    gateway.wait_status("UP", 2, within_s=600)
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(deployment.state_dir)}
+    env["VLLMCTL_TEST_HF_TOKEN"] = deployment.token
+    seqs5 = gateway.inventory("seqs5.yml", {"max_num_seqs": 5})
+    argv = [sys.executable, "-m", "vllmctl", "apply", str(seqs5)]
+    process = subprocess.Popen(
+        [*argv, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 600
+    while not any(s.status.startswith(("DRAIN", "MAINT")) for s in gateway.stats().values()):
+        assert time.monotonic() < deadline and process.poll() is None, "no server was drained"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=900)
+    assert process.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert json.loads(out)["aborted"] == "interrupted by SIGTERM" and "interrupted by SIGTERM" in err
+    left = {ref: s.status for ref, s in gateway.stats().items() if s.status.startswith(("DRAIN", "MAINT"))}
+    assert left == {}, left
+    for host in deployment.engine_hosts:
+        assert deployment.fleet.ssh(host, f"test -e {LOCK_DIR}").returncode == 1, host.name
+    gateway.wait_status("UP", 2, within_s=600)  # the restarted engine comes back through its checks
+    code, _, output = deployment.apply(gateway.inventory("gw-prefix.yml", balance="prefix"))
+    assert code == 0, output[-6000:]  # the next run finishes what the stopped one began
 
 
 def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gateway) -> None:
