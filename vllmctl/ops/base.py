@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,29 @@ def make_dirs(*paths: str) -> Command:
     """Create the directories that are missing (0755 under umask 022). An existing one keeps its mode and
     owner: `install -d -m` would re-mode it, and a model's dest may be a shared /srv or /opt."""
     return Command(shell=f"umask 022 && mkdir -p -- {shell_join(paths)}")
+
+
+def checked_switch(
+    path: str, candidate: str, content: str, current: Facts, check: Command
+) -> tuple[list[Action], FileChange | None]:
+    """A config compared by hash with `current` (its path fact); a new one is uploaded as `candidate`,
+    checked on the host by `check` (a refusal stops the step: the live file stays), then moved over `path`."""
+    if current.get("sha256") == sha256_text(content):
+        return [], None
+    change = FileChange(path, content, exists=current.get("type") == "file")
+    return [Upload(candidate, content), check, run("mv", "-f", candidate, path)], change
+
+
+def keep_running(unit: str, state: Facts, reload: Sequence[Action]) -> list[Action]:
+    """`unit` enabled; restarted when not active, else `reload` (empty when nothing it reads changed)."""
+    actions: list[Action] = []
+    if state.get("unit_file_state") != "enabled":
+        actions.append(run("systemctl", "enable", unit))
+    if state.get("active_state") != "active":
+        actions.append(run("systemctl", "restart", unit))
+    else:
+        actions += reload
+    return actions
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from vllmctl.ops.base import (
     Command,
     FactRequests,
     Facts,
-    FileChange,
     Operation,
     Step,
     Upload,
+    checked_switch,
+    keep_running,
     noop,
     run,
     sha256_text,
@@ -60,22 +61,12 @@ def _plan(args: Args, facts: Facts) -> Step:
     for path, text in _files(args).items():
         if paths.get(path, {}).get("sha256") != sha256_text(text):
             actions.append(Upload(path, text, mode="0600", secret=True))
-    change = None
-    if current.get("sha256") != sha256_text(content):
-        change = FileChange(HAPROXY_CONFIG, content, exists=current.get("type") == "file")
-        actions += [
-            Upload(HAPROXY_CANDIDATE, content),
-            # a config HAProxy refuses stops the step here: the live one is never replaced by it
-            run("haproxy", "-c", "-q", "-f", HAPROXY_CANDIDATE),
-            run("mv", "-f", HAPROXY_CANDIDATE, HAPROXY_CONFIG),
-        ]
-    changed = bool(actions)
-    if unit.get("unit_file_state") != "enabled":
-        actions.append(run("systemctl", "enable", HAPROXY_UNIT))
-    if unit.get("active_state") != "active":
-        actions.append(run("systemctl", "restart", HAPROXY_UNIT))
-    elif changed:
-        actions += [save_state(), run("systemctl", "reload", HAPROXY_UNIT)]
+    # a config HAProxy refuses stops the step here: the live one is never replaced by it
+    check = run("haproxy", "-c", "-q", "-f", HAPROXY_CANDIDATE)
+    switch, change = checked_switch(HAPROXY_CONFIG, HAPROXY_CANDIDATE, content, current, check)
+    actions += switch
+    reload = [save_state(), run("systemctl", "reload", HAPROXY_UNIT)] if actions else []
+    actions += keep_running(HAPROXY_UNIT, unit, reload)
     if not actions:
         return noop("gateway_config", HAPROXY_CONFIG, "HAProxy runs the gateway's config")
     return Step("gateway_config", HAPROXY_CONFIG, tuple(actions), change=change)
