@@ -37,7 +37,8 @@ class RayLab:
         return path
 
     def vllmctl(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(self.workdir)}
+        # the status table's widest row (a group head's service cell) is wider than 200 columns
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "XDG_STATE_HOME": str(self.workdir)}
         argv = [sys.executable, "-m", "vllmctl", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 

@@ -25,6 +25,7 @@ from vllmctl.runner.gpu_gate import gate_view
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
     findings,
+    gate_lines,
     gateway_table,
     lock_lines,
     status_json,
@@ -108,9 +109,6 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
                 ui.info(vip_line(vip))
             for line in findings(statuses):
                 ui.info(line)
-            for host, gate in gpu_gate.items():
-                ui.info(
-                    f"{host}: GPU gate {gate['status']}"
-                    + ("" if gate["status"] == "passed" else f": {gate['reason']}")
-                )
+            for line in gate_lines(gpu_gate):
+                ui.warn(line)
     return EXIT_OK if statuses and all(s.ok for s in statuses) else EXIT_FAILURE

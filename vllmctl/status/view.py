@@ -4,7 +4,7 @@ display rows, a rich Table and JSON; flags a measured KV cache that strays from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -154,6 +154,16 @@ def status_locks(statuses: Sequence[ModelStatus], now: datetime | None) -> list[
 
 def lock_lines(statuses: Sequence[ModelStatus], now: datetime | None) -> list[str]:
     return [lock.sentence() for lock in status_locks(statuses, now)]
+
+
+def gate_lines(gpu_gate: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A line per host whose GPU gate refuses or could not be judged; passed and not-gated hosts stay quiet
+    (every verdict is in `--json`), so a healthy fleet's status is its table."""
+    return [
+        f"{host}: GPU gate {gate['status']}: {gate['reason']}"
+        for host, gate in sorted(gpu_gate.items())
+        if gate["status"] in ("refused", "unknown")
+    ]
 
 
 def status_screen(statuses: Sequence[ModelStatus], title: str = "", now: datetime | None = None) -> Group:

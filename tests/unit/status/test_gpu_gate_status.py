@@ -60,3 +60,18 @@ def test_gate_view_gathers_the_gates_facts_once_per_host(tmp_path: Path, monkeyp
     view = gpu_gate.gate_view(inv, ["a", "idle"], 5.0)
     assert asked == [("gpu_health", "gpu_topology")]
     assert view["a"]["status"] == "passed" and view["idle"]["status"] == "unknown"
+
+
+def test_the_table_view_names_only_hosts_whose_gate_refuses_or_is_unknown() -> None:
+    from vllmctl.status.view import gate_lines
+
+    verdicts = {
+        "b": {"status": "refused", "reason": "mig: GPU 0 has MIG on"},
+        "a": {"status": "passed", "reason": "healthy: 8 GPUs"},
+        "cpu": {"status": "not gated", "reason": "no engine on this host"},
+        "lost": {"status": "unknown", "reason": "facts not gathered: timed out"},
+    }
+    assert gate_lines(verdicts) == [
+        "b: GPU gate refused: mig: GPU 0 has MIG on",
+        "lost: GPU gate unknown: facts not gathered: timed out",
+    ]
