@@ -24,6 +24,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
+from fast_start import FAST_START, FAST_START_FLAGS
+
 from vllmctl.errors import VllmctlError
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
 
@@ -110,10 +112,10 @@ def serve_local_vllm(tmp_path_factory: pytest.TempPathFactory) -> ServeLocalVllm
         log = tmp_path_factory.mktemp("vllm") / "server.log"
         try:
             port = free_port(ports)
-            with local_vllm_server(
-                extra_args, port=port, log_path=log, ready_deadline_s=ready_deadline_s
-            ) as server:
-                yield server
+            flags = [*FAST_START_FLAGS, *extra_args]
+            deadline = ready_deadline_s
+            with local_vllm_server(flags, port=port, log_path=log, ready_deadline_s=deadline) as running:
+                yield running
         except EngineUnavailableError as exc:
             pytest.skip(exc.message.splitlines()[0])
         except VllmctlError as exc:
@@ -124,7 +126,7 @@ def serve_local_vllm(tmp_path_factory: pytest.TempPathFactory) -> ServeLocalVllm
 
 @pytest.fixture(scope="session")
 def local_vllm(serve_local_vllm: ServeLocalVllm) -> Iterator[LocalServer]:
-    """One server with vLLM's default flags, shared by every test that needs no flags of its own."""
+    """One server with vLLM's defaults plus FAST_START_FLAGS, for the tests needing no flags of their own."""
     with serve_local_vllm() as server:
         yield server
 
@@ -195,7 +197,13 @@ def deployment_inventory(fleet: LabFleet, model_dir: Path) -> dict[str, Any]:
     doc["secrets"] = {"hf_token": {"env": "VLLMCTL_TEST_HF_TOKEN"}}
     # both engines restart together (min_available 0: each has its own core); the gateway tests, which
     # prove the rolling release, ask for min_available 1 again
-    model = {"source": str(model_dir), "hosts": engine_hosts, "port": PORT, "min_available": 0}
+    model = {
+        "source": str(model_dir),
+        "hosts": engine_hosts,
+        "port": PORT,
+        "min_available": 0,
+        "engine_args": dict(FAST_START),
+    }
     doc["models"] = {MODEL: model}
     return doc
 

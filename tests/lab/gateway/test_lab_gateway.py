@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from fast_start import FAST_START
 
 from vllmctl.gateway.runtime import SHOW_STAT, parse_stat
 from vllmctl.ops import OPERATIONS
@@ -56,7 +57,7 @@ class Gateway:
         doc = copy.deepcopy(self.deployment.inventory_doc)
         doc["models"][MODEL]["min_available"] = 1  # one replica serves while the other restarts (#37)
         if engine_args is not None:
-            doc["models"][MODEL]["engine_args"] = engine_args
+            doc["models"][MODEL]["engine_args"] = {**FAST_START, **engine_args}
         doc["gateway"] = {
             "hosts": [self.host.name],
             "models": {MODEL: {"port": GATEWAY_PORT}},

