@@ -62,7 +62,7 @@ def endpoints_for(
     for host_name in hosts:
         host = inventory.hosts[host_name]
         for model in chosen:
-            if host_name not in model.hosts:
+            if host_name not in model.host_set:
                 continue
             if model.cluster is not None:  # one engine over the group, served by its head alone
                 if model.name not in grouped:

@@ -26,6 +26,7 @@ from vllmctl.ops.base import OpError
 from vllmctl.ops.driver import unsupported_os
 from vllmctl.ops.driver_flavor import host_driver_plan
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
+from vllmctl.planner.plan_groups import hosts_label, same_plan_groups
 from vllmctl.planner.presets import CpuEnginePlan
 from vllmctl.runner.engine_cuda import engine_driver_errors
 from vllmctl.runner.fleet import (
@@ -105,19 +106,17 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         entries_json = [_cpu_json(e, on_cpu) for e in entries]
         ui.json({"ok": ok, "entries": entries_json, "drivers": drivers, "problems": problems})
     else:
-        for driver in drivers:
-            ui.data(
-                f"{driver['host']}: driver {driver['branch']}, {driver['ubuntu_package']} on Ubuntu: "
-                f"{driver['why']}"
-            )
+        for line, driven in _same_driver_lines(drivers):
+            ui.data(f"{hosts_label(driven)}: {line}")
         for error in driver_errors:
             ui.error(f"{error['host']}: {error['message']}\n  hint: {error['hint']}")
-        for entry in entries:
+        cpu_plans = [on_cpu.get((entry.host, entry.model)) for entry in entries]
+        for entry, hosts in same_plan_groups(entries, [repr(cpu) for cpu in cpu_plans]):
             cpu = on_cpu.get((entry.host, entry.model))
             if cpu:
-                _show_cpu(ui, entry, cpu)
+                _show_cpu(ui, entry, cpu, hosts_label(hosts))
             elif not entry.input_error:  # shown below with the inventory line that set the flag
-                _show(ui, entry)
+                _show(ui, entry, hosts_label(hosts))
         for problem in refused:
             ui.error(problem.render())
     if refused or driver_errors:
@@ -161,9 +160,9 @@ def _cpu_json(entry: HostModelPlan, on_cpu: dict[tuple[str, str], CpuEnginePlan]
     return {**entry.to_json(), "gpu_source": None, "gpu_indices": [], "plan": cpu.to_json(), "error": None}
 
 
-def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan) -> None:
+def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan, label: str) -> None:
     ui.data(
-        f"{entry.host} / {entry.model}: CPU build of {cpu.engine} {cpu.engine_version}; it sizes its own "
+        f"{label} / {entry.model}: CPU build of {cpu.engine} {cpu.engine_version}; it sizes its own "
         "memory (vLLM: VLLM_CPU_KVCACHE_SPACE), so only device-independent decisions are planned"
     )
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -177,7 +176,7 @@ def _show_cpu(ui: Ui, entry: HostModelPlan, cpu: CpuEnginePlan) -> None:
         ui.data("  no decisions: the inventory's engine_args as written")
     ui.data(f"  replica 0: port {cpu.port}")
     for warning in cpu.warnings:
-        ui.warn(f"{entry.host} / {entry.model}: {warning}")
+        ui.warn(f"{label} / {entry.model}: {warning}")
     ui.data("")
 
 
@@ -246,15 +245,23 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
     ]
 
 
-def _show(ui: Ui, entry: HostModelPlan) -> None:
+def _same_driver_lines(drivers: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    lines: dict[str, list[str]] = {}
+    for driver in drivers:
+        line = f"driver {driver['branch']}, {driver['ubuntu_package']} on Ubuntu: {driver['why']}"
+        lines.setdefault(line, []).append(driver["host"])
+    return list(lines.items())
+
+
+def _show(ui: Ui, entry: HostModelPlan, label: str) -> None:
     if entry.plan is None:
         ui.error(
-            f"{entry.host} / {entry.model}: {entry.error}" + (f"\n  hint: {entry.hint}" if entry.hint else "")
+            f"{label} / {entry.model}: {entry.error}" + (f"\n  hint: {entry.hint}" if entry.hint else "")
         )
         return
     plan = entry.plan
     ui.data(
-        f"{entry.host} / {entry.model}: {plan.gpu_count}x {plan.gpu} ({entry.gpu_source}), "
+        f"{label} / {entry.model}: {plan.gpu_count}x {plan.gpu} ({entry.gpu_source}), "
         f"{plan.engine} {plan.engine_version}, profile {plan.profile}"
     )
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -269,5 +276,5 @@ def _show(ui: Ui, entry: HostModelPlan) -> None:
     for replica in plan.replicas:
         ui.data(f"  replica {replica.index}: GPUs {list(replica.gpu_indices)}, port {replica.port}")
     for warning in plan.warnings:
-        ui.warn(f"{entry.host} / {entry.model}: {warning}")
+        ui.warn(f"{label} / {entry.model}: {warning}")
     ui.data("")

@@ -57,7 +57,7 @@ def check_secrets(checker: Checker) -> None:
 
 def _secrets_on(checker: Checker, host: str) -> dict[str, str]:
     """Upper-case env name -> secret name, for the secrets that reach some model on this host."""
-    served = [m for m, hosts in checker.resolved.model_hosts.items() if host in hosts]
+    served = checker.models_of(host)
     found: dict[str, str] = {}
     for name, body in mapping(checker.data.get("secrets")).items():
         scope = secret_scope(body)

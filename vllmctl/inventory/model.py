@@ -6,6 +6,7 @@ Built only by the loader after the schema and semantic checks passed; defaults a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 EngineName = Literal["vllm", "sglang"]
@@ -138,6 +139,11 @@ class ModelDeployment:
     cluster: ClusterSpec | None = None  # set when `hosts` names a multi_node group: one engine across them
     adapters: tuple[AdapterSpec, ...] = ()
     speculative: SpeculativeSpec | None = None
+
+    @cached_property
+    def host_set(self) -> frozenset[str]:
+        """`hosts` as a set: "does this host serve it?" is asked per host, over 10,000-host fleets."""
+        return frozenset(self.hosts)
 
 
 @dataclass(frozen=True)

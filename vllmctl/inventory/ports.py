@@ -98,8 +98,7 @@ def worst_replicas(checker: Checker, model: str, body: dict[str, Any], host: str
     count = gpus.get("count") if isinstance(gpus, dict) else None
     if single or _whole(args.get("pipeline_parallel_size")) > 1 or not isinstance(count, int):
         return 1
-    sharing = sum(1 for hosts in checker.resolved.model_hosts.values() if host in hosts)
-    return max(1, count // max(1, sharing) // _whole(args.get("tensor_parallel_size")))
+    return max(1, count // max(1, len(checker.models_of(host))) // _whole(args.get("tensor_parallel_size")))
 
 
 def check_ports(checker: Checker) -> None:

@@ -74,6 +74,8 @@ class Checker:
         self.files = files
         self.problems: list[Problem] = []
         self.resolved = Resolved()
+        self._engines: dict[tuple[str, int, int], list[str]] = {}
+        self._models_per_host: dict[str, list[str]] | None = None
 
     def add(self, path: FieldPath, message: str, hint: str, at_key: bool = False) -> None:
         self.add_at(self.doc.location(path, at_key), message, hint)
@@ -142,8 +144,8 @@ class Checker:
                     path, f"unknown host or group '{member}'", did_you_mean(member, choices) or "define it"
                 )
                 continue
-            members.extend(host for host in found if host not in members)
-        return tuple(members)
+            members.extend(found)
+        return tuple(dict.fromkeys(members))  # each once, in first-named order (linear, for 10,000 hosts)
 
     def model_hosts(self, name: str, model: dict[str, Any]) -> tuple[str, ...]:
         selectors = model.get("hosts")
@@ -171,7 +173,8 @@ class Checker:
                     did_you_mean(selector, choices) or "define it",
                 )
                 continue
-            hosts.extend(host for host in found if host not in hosts)
+            hosts.extend(found)
+        hosts = list(dict.fromkeys(hosts))
         if not hosts and not any(p.location.path.startswith(f"models.{name}.hosts") for p in self.problems):
             self.add(
                 ("models", name, "hosts"), f"model '{name}' resolves to no hosts", "add hosts to the group"
@@ -179,14 +182,31 @@ class Checker:
         return tuple(hosts)
 
     def engines_for(self, name: str, model: dict[str, Any]) -> list[str]:
+        # asked once per host by some checks: each answer walks the model's hosts, so it is kept
+        hosts = self.resolved.model_hosts.get(name, ())
+        key = (name, id(model), id(hosts))
+        if key not in self._engines:
+            self._engines[key] = self._engines_of(model, hosts)
+        return self._engines[key]
+
+    def _engines_of(self, model: dict[str, Any], hosts: tuple[str, ...]) -> list[str]:
         override = mapping(model.get("engine")).get("name")
         if isinstance(override, str):
             return [override] if override in KNOWN_FLAGS else []
-        hosts = self.resolved.model_hosts.get(name, ())
         names = {str(self.resolved.hosts[host]["engine"].get("name", "vllm")) for host in hosts}
         if not hosts:
             names = {str(mapping(mapping(self.data.get("defaults")).get("engine")).get("name", "vllm"))}
         return sorted(names & set(KNOWN_FLAGS))
+
+    def models_of(self, host: str) -> list[str]:
+        """The models the host serves, in inventory order (kept: asked once per host by several checks)."""
+        if self._models_per_host is None:
+            served: dict[str, list[str]] = {}
+            for model, hosts in self.resolved.model_hosts.items():
+                for each in dict.fromkeys(hosts):
+                    served.setdefault(each, []).append(model)
+            self._models_per_host = served
+        return self._models_per_host.get(host, [])
 
 
 def find_cycle(start: str, native: dict[str, Any]) -> list[str] | None:

@@ -69,7 +69,7 @@ def group_history_rows(nodes: Sequence[str], states: Mapping[str, HostReleases])
 
 def multi_node_only(inv: Inventory, host: str) -> bool:
     """The host serves models, and every one of them is a multi-node model: its releases are its groups'."""
-    served = [model for model in inv.models.values() if host in model.hosts]
+    served = [model for model in inv.models.values() if host in model.host_set]
     return bool(served) and all(model.cluster is not None for model in served)
 
 

@@ -70,7 +70,7 @@ class HostContext:
 
     def staged_models(self) -> list[ModelDeployment]:
         """Every model on this host, multi-node ones included: each node needs the weights and the venv."""
-        return [m for m in self.inventory.models.values() if self.host.name in m.hosts]
+        return [m for m in self.inventory.models.values() if self.host.name in m.host_set]
 
     def plan(self, model: ModelDeployment) -> ModelPlan:
         return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))
