@@ -1,5 +1,6 @@
 """The gateway's virtual IP: keepalived's config compared by hash; a new one is written as a candidate,
-checked with `keepalived -t` on the host, and only then switched in and reloaded."""
+checked with `keepalived -t` on the host, and only then switched in and reloaded. With `absent` (a gateway
+without a VIP) keepalived is stopped and its config removed, so no host goes on holding the address."""
 
 from __future__ import annotations
 
@@ -24,7 +25,21 @@ def _facts(args: Args) -> FactRequests:
     return {"paths": (KEEPALIVED_DIR, KEEPALIVED_CONFIG), "services": (KEEPALIVED_UNIT,)}
 
 
+def _absent(facts: Facts) -> Step:
+    state = facts["services"].get(KEEPALIVED_UNIT, {})
+    actions: list[Action] = []
+    if state.get("unit_file_state") == "enabled" or state.get("active_state") in ("active", "activating"):
+        actions.append(run("systemctl", "disable", "--now", KEEPALIVED_UNIT))
+    if facts["paths"].get(KEEPALIVED_CONFIG, {}).get("type", "absent") != "absent":
+        actions.append(run("rm", "-f", KEEPALIVED_CONFIG))
+    if not actions:
+        return noop("keepalived_config", KEEPALIVED_CONFIG, "no VIP: keepalived not running")
+    return Step("keepalived_config", KEEPALIVED_CONFIG, tuple(actions))
+
+
 def _plan(args: Args, facts: Facts) -> Step:
+    if args.get("absent"):
+        return _absent(facts)
     content = str(args["content"])
     current = facts["paths"].get(KEEPALIVED_CONFIG, {"type": "absent"})
     # keepalived >= 2.0 parses the file and exits non-zero on an error: the live one stays

@@ -1,6 +1,6 @@
 """Desired state of a gateway host, pure: HAProxy and socat (its runtime API's client) from the
 distribution's packages, then its config with every replica of each model across the fleet; with a VIP,
-keepalived and its config too."""
+keepalived and its config too (without one, keepalived stopped where it ran)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def _gateway(ctx: HostContext, params: Params) -> list[OpCall]:
         # after HAProxy's config: the VIP comes to a host whose HAProxy already serves
         content = render_keepalived(ctx.inventory, ctx.host.name)
         calls.append(OpCall("keepalived_config", {"content": content}))
+    else:  # a VIP removed from the inventory: keepalived must not go on holding the address
+        calls.append(OpCall("keepalived_config", {"absent": True}))
     return calls
 
 

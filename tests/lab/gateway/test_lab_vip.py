@@ -238,3 +238,23 @@ def test_the_vip_moves_when_the_active_gateway_host_is_powered_off(vip: Vip) -> 
     shown = vip.vllmctl("status", str(vip.inventory), "--json", timeout=180)
     view = json.loads(shown.stdout)["gateway_vip"]
     assert view["holders"] == [second.name] and str(view["hosts"][first.name]).startswith("error")
+
+
+def test_removing_the_vip_stops_keepalived_and_no_host_holds_the_address(vip: Vip) -> None:
+    _, second = vip.gateways  # the first is powered off by the test before
+    assert vip.holds(second)
+    doc = yaml.safe_load(vip.inventory.read_text())
+    del doc["gateway"]["vip"]
+    without = vip.inventory.with_name("no-vip.yml")
+    without.write_text(yaml.safe_dump(doc, sort_keys=False))
+    applied = vip.vllmctl("apply", str(without), "--json", "--limit", second.name, "--health-timeout", "300")
+    assert applied.returncode == 0, applied.stdout[-5000:] + applied.stderr[-3000:]
+    steps = json.loads(applied.stdout)["hosts"][second.name]["steps"]
+    assert any(s["op"] == "keepalived_config" and s["status"] == "changed" for s in steps), steps
+    assert vip.sh(second, "systemctl is-active keepalived.service || true").strip() == "inactive"
+    gone = "test -e /etc/keepalived/keepalived.conf && echo kept || echo gone"
+    assert vip.sh(second, gone).strip() == "gone"
+    assert not vip.holds(second)  # keepalived gives the address up as it stops
+    again = vip.vllmctl("apply", str(without), "--check", "--json", "--limit", second.name)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert json.loads(again.stdout)["hosts"][second.name]["recap"]["changed"] == 0

@@ -23,7 +23,8 @@ PROMPT = "def planner("
 # the presets' values as vLLM reads them (sorted keys, compact JSON: how engine_flags renders a JSON flag)
 CODE_DEFAULTS = {"repetition_penalty": 1.0, "temperature": 0.0}
 CREATIVE_DEFAULTS = {"repetition_penalty": 1.0, "temperature": 1.0, "top_p": 0.95}
-GPU_MEMORY_FLAGS = ("--gpu-memory-utilization", "--tensor-parallel-size", "--max-num-seqs", "--enforce-eager")
+# (the deployment gives enforce_eager itself: tests/support/fast_start.py)
+GPU_MEMORY_FLAGS = ("--gpu-memory-utilization", "--tensor-parallel-size", "--max-num-seqs")
 
 
 @dataclass

@@ -42,9 +42,11 @@ def test_the_gateway_host_gets_packages_then_its_config_with_every_replica(inven
     inv = load_inventory(inventory_file)
     fleet = {"b": {"tiny": ModelPlan({}, (Replica(0, 8000), Replica(1, 8001)))}}
     ctx = HostContext(inv, inv.hosts["gw"], secrets={"key": "s3cret", TLS_SECRET: "PEM"}, fleet_plans=fleet)
-    packages, config = expand("gateway", {}, ctx)
+    packages, config, no_vip = expand("gateway", {}, ctx)
     assert (packages.op, packages.args["names"]) == ("system_packages", ["haproxy", "socat"])
     assert config.op == "gateway_config"
+    # without a VIP, keepalived is stopped where an earlier inventory had one (a no-op where it never ran)
+    assert (no_vip.op, no_vip.args) == ("keepalived_config", {"absent": True})
     assert "server a-8000 10.0.0.1:8000" in config.args["content"]
     assert "server b-8001 10.0.0.2:8001" in config.args["content"]
     assert config.args["files"] == {"/etc/haproxy/vllmctl/tiny.keys": "Bearer s3cret\n"}  # no tls: no pem
@@ -59,7 +61,7 @@ def test_the_tls_bundle_is_read_on_the_controller(inventory_file: Path, tmp_path
     inv = load_inventory(inventory_file)
     assert gateway_secrets(inv) == {TLS_SECRET: "CERT\nKEY\n"}
     ctx = HostContext(inv, inv.hosts["gw"], secrets={"key": "s", **gateway_secrets(inv)})
-    _, config = expand("gateway", {}, ctx)
+    _, config, _ = expand("gateway", {}, ctx)
     assert config.args["files"]["/etc/haproxy/vllmctl/gateway.pem"] == "CERT\nKEY\n"
     (tmp_path / "k.pem").unlink()
     with pytest.raises(InputError, match=r"gateway\.tls: cannot read"):
