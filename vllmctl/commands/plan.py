@@ -110,8 +110,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
             ui.data(f"{hosts_label(driven)}: {line}")
         for error in driver_errors:
             ui.error(f"{error['host']}: {error['message']}\n  hint: {error['hint']}")
-        cpu_plans = [on_cpu.get((entry.host, entry.model)) for entry in entries]
-        for entry, hosts in same_plan_groups(entries, [repr(cpu) for cpu in cpu_plans]):
+        cpu_plans = [repr(on_cpu.get((entry.host, entry.model))) for entry in entries]
+        for entry, hosts in same_plan_groups(entries, cpu_plans):
             cpu = on_cpu.get((entry.host, entry.model))
             if cpu:
                 _show_cpu(ui, entry, cpu, hosts_label(hosts))

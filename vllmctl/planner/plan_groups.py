@@ -21,7 +21,9 @@ def same_plan_groups(
     # repr is taken once, so 10,000 hosts sharing one plan cost one repr
     shown: dict[int, str] = {}
     for index, entry in enumerate(entries):
-        plan = shown.setdefault(id(entry.plan), repr(entry.plan))
+        if id(entry.plan) not in shown:
+            shown[id(entry.plan)] = repr(entry.plan)
+        plan = shown[id(entry.plan)]
         key = (plan, replace(entry, host="", plan=None), extra[index] if extra is not None else None)
         groups.setdefault(key, (entry, []))[1].append(entry.host)
     return [(entry, tuple(hosts)) for entry, hosts in groups.values()]
