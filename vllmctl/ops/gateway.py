@@ -1,6 +1,8 @@
 """The gateway's operation: HAProxy's config (and the key and TLS files it reads) compared by hash; a new
 config is written as a candidate, checked with `haproxy -c` on the host, and only then switched in and
-reloaded (the master hands its listeners to the new worker; the old one finishes what it serves)."""
+reloaded (the master hands its listeners to the new worker; the old one finishes what it serves). With
+`absent` (a host no longer among the gateway's hosts) HAProxy is stopped and vllmctl's files removed, only
+where vllmctl's own directory shows it set HAProxy up there."""
 
 from __future__ import annotations
 
@@ -41,6 +43,24 @@ def _facts(args: Args) -> FactRequests:
     return {"paths": (HAPROXY_CONFIG, HAPROXY_FILES_DIR, *_files(args)), "services": (HAPROXY_UNIT,)}
 
 
+def was_gateway(facts: Facts) -> bool:
+    """vllmctl set HAProxy up here: its files directory exists (a HAProxy of someone else's is left alone)."""
+    return bool(facts["paths"].get(HAPROXY_FILES_DIR, {}).get("type") == "directory")
+
+
+def _absent(facts: Facts) -> Step:
+    if not was_gateway(facts):
+        return noop("gateway_config", HAPROXY_CONFIG, "not a gateway host")
+    unit = facts["services"].get(HAPROXY_UNIT, {})
+    actions: list[Action] = []
+    if unit.get("unit_file_state") == "enabled" or unit.get("active_state") in ("active", "activating"):
+        actions.append(run("systemctl", "disable", "--now", HAPROXY_UNIT))
+    actions.append(run("rm", "-f", HAPROXY_CONFIG, HAPROXY_CANDIDATE, HAPROXY_STATE_FILE))
+    # the directory last: it is what marks the host as one to clean, so a run that fails before it retries
+    actions.append(run("rm", "-rf", HAPROXY_FILES_DIR))
+    return Step("gateway_config", HAPROXY_CONFIG, tuple(actions))
+
+
 def save_state() -> Command:
     """Drained servers stay drained across the reload: the new worker reads their state from this file."""
     socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
@@ -51,6 +71,8 @@ def save_state() -> Command:
 
 
 def _plan(args: Args, facts: Facts) -> Step:
+    if args.get("absent"):
+        return _absent(facts)
     content = str(args["content"])
     paths = facts["paths"]
     current = paths.get(HAPROXY_CONFIG, {"type": "absent"})

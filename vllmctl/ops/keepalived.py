@@ -1,6 +1,7 @@
 """The gateway's virtual IP: keepalived's config compared by hash; a new one is written as a candidate,
 checked with `keepalived -t` on the host, and only then switched in and reloaded. With `absent` (a gateway
-without a VIP) keepalived is stopped and its config removed, so no host goes on holding the address."""
+without a VIP) keepalived is stopped and its config removed, so no host goes on holding the address;
+`former_gateway` does the same only where vllmctl had set up a gateway (a host taken out of the gateway)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,19 @@ from vllmctl.ops.base import (
     noop,
     run,
 )
-from vllmctl.paths import KEEPALIVED_CANDIDATE, KEEPALIVED_CONFIG, KEEPALIVED_UNIT
+from vllmctl.ops.gateway import was_gateway
+from vllmctl.paths import HAPROXY_FILES_DIR, KEEPALIVED_CANDIDATE, KEEPALIVED_CONFIG, KEEPALIVED_UNIT
 
 KEEPALIVED_DIR = KEEPALIVED_CONFIG.rsplit("/", 1)[0]
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"paths": (KEEPALIVED_DIR, KEEPALIVED_CONFIG), "services": (KEEPALIVED_UNIT,)}
+    return {"paths": (KEEPALIVED_DIR, KEEPALIVED_CONFIG, HAPROXY_FILES_DIR), "services": (KEEPALIVED_UNIT,)}
 
 
-def _absent(facts: Facts) -> Step:
+def _absent(facts: Facts, former_gateway: bool) -> Step:
+    if former_gateway and not was_gateway(facts):
+        return noop("keepalived_config", KEEPALIVED_CONFIG, "not a gateway host")
     state = facts["services"].get(KEEPALIVED_UNIT, {})
     actions: list[Action] = []
     if state.get("unit_file_state") == "enabled" or state.get("active_state") in ("active", "activating"):
@@ -39,7 +43,7 @@ def _absent(facts: Facts) -> Step:
 
 def _plan(args: Args, facts: Facts) -> Step:
     if args.get("absent"):
-        return _absent(facts)
+        return _absent(facts, bool(args.get("former_gateway")))
     content = str(args["content"])
     current = facts["paths"].get(KEEPALIVED_CONFIG, {"type": "absent"})
     # keepalived >= 2.0 parses the file and exits non-zero on an error: the live one stays

@@ -1,6 +1,7 @@
 """Desired state of a gateway host, pure: HAProxy and socat (its runtime API's client) from the
 distribution's packages, then its config with every replica of each model across the fleet; with a VIP,
-keepalived and its config too (without one, keepalived stopped where it ran)."""
+keepalived and its config too (without one, keepalived stopped where it ran). A host vllmctl once made a
+gateway host and no longer is gets the VIP and then HAProxy taken off it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ def gateway_config(ctx: HostContext) -> str:
 def _gateway(ctx: HostContext, params: Params) -> list[OpCall]:
     gateway = ctx.inventory.gateway
     if gateway is None or ctx.host.name not in gateway.hosts:
-        return []
+        # the VIP leaves before HAProxy stops: it must never point at a host that no longer serves
+        return [
+            OpCall("keepalived_config", {"absent": True, "former_gateway": True}),
+            OpCall("gateway_config", {"absent": True}),
+        ]
     keys = {}
     for name in gateway.ports:
         secret = api_key_secret(ctx.inventory.models[name].engine_args)

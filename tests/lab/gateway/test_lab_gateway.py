@@ -4,7 +4,8 @@ is never switched in, a rolling release and its rollback under a continuous stre
 fail no request (each server drained before its engine stopped), and a crashed engine leaves rotation
 within the check interval. The rollout's guard (#37): a release that fails stops the rollout before the
 other replica is drained, and a replica whose only peer is DOWN is left as it was, never drained; no request
-fails. The deployment's release serves again at the end; HAProxy is removed."""
+fails. The deployment's release serves again at the end, and its inventory, which has no gateway, takes
+HAProxy off the gateway host (#31)."""
 
 from __future__ import annotations
 
@@ -113,9 +114,13 @@ def gateway(deployment: Any) -> Iterator[Gateway]:
     try:
         yield found
     finally:
-        found.root(found.host, "systemctl disable --now haproxy || true")
-        code, _, output = deployment.apply(deployment.state_dir / "deploy.yml")
+        # the deployment's own inventory has no gateway: its apply takes HAProxy off the host again (#31)
+        code, doc, output = deployment.apply(deployment.state_dir / "deploy.yml")
         assert code == 0, output[-4000:]
+        steps = doc["hosts"][found.host.name]["steps"]
+        assert [s["status"] for s in steps if s["op"] == "gateway_config"] == ["changed"], steps
+        state = "systemctl is-active haproxy || true; test -e /etc/haproxy/vllmctl && echo kept || echo gone"
+        assert found.root(found.host, state).split() == ["inactive", "gone"]
 
 
 class Stream:

@@ -51,7 +51,10 @@ def test_the_gateway_host_gets_packages_then_its_config_with_every_replica(inven
     assert "server b-8001 10.0.0.2:8001" in config.args["content"]
     assert config.args["files"] == {"/etc/haproxy/vllmctl/tiny.keys": "Bearer s3cret\n"}  # no tls: no pem
     assert "s3cret" not in config.args["content"]
-    assert expand("gateway", {}, HostContext(inv, inv.hosts["a"])) == []
+    # a host that is no gateway host: the VIP, then HAProxy, taken off where vllmctl had set them up
+    vip_off, haproxy_off = expand("gateway", {}, HostContext(inv, inv.hosts["a"]))
+    assert (vip_off.op, vip_off.args) == ("keepalived_config", {"absent": True, "former_gateway": True})
+    assert (haproxy_off.op, haproxy_off.args) == ("gateway_config", {"absent": True})
 
 
 def test_the_tls_bundle_is_read_on_the_controller(inventory_file: Path, tmp_path: Path) -> None:
