@@ -3,6 +3,7 @@ server of its backend; the API-key pattern files and the TLS bundle it reads bes
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +35,17 @@ class Server:
 
 def server_name(host: str, port: int) -> str:
     return f"{host}-{port}"
+
+
+def server_address(address: str) -> str:
+    """A replica's address as HAProxy reads `<address>:<port>`: an IPv6 address in brackets (bare, HAProxy
+    takes what follows its last colon as the port), a name or an IPv4 address as it is."""
+    bare = address.removeprefix("[").removesuffix("]")
+    try:
+        parsed = ipaddress.ip_address(bare)
+    except ValueError:
+        return address
+    return f"[{bare}]" if parsed.version == 6 else bare
 
 
 def keys_path(model: str) -> str:
@@ -74,7 +86,9 @@ def render_config(inventory: Inventory, ports: ReplicaPorts) -> str:
             "keys_file": keys_path(name) if gateway.check_api_key else "",
             "balance": gateway.balance_of(name),
             "servers": [
-                {"name": s.name, "address": s.address, "port": s.port} for s in found if s.backend == name
+                {"name": s.name, "address": server_address(s.address), "port": s.port}
+                for s in found
+                if s.backend == name
             ],
         }
         for name, port in gateway.ports.items()

@@ -52,6 +52,16 @@ def test_every_replica_of_the_model_across_the_fleet_is_a_server() -> None:
     assert "prometheus" not in text and "acl authorized" not in text and " ssl " not in text
 
 
+def test_an_ipv6_replica_is_written_in_brackets() -> None:
+    inventory = _inventory()
+    hosts = {**inventory.hosts, "a": _host("a", "fd00::11"), "b": _host("b", "[fd00::12]")}
+    text = render_config(replace(inventory, hosts=hosts), two_on_b)
+    assert (
+        "    server a-8000 [fd00::11]:8000\n" in text
+    )  # bare, `fd00::11:8000` leaves the end of the address to a guess
+    assert "    server b-8001 [fd00::12]:8001\n" in text
+
+
 def test_api_keys_tls_and_metrics() -> None:
     inventory = _inventory(check_api_key=True, tls=TlsFiles("/c.pem", "/k.pem"), metrics_port=8405)
     text = render_config(inventory, two_on_b)
