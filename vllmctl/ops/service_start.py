@@ -3,6 +3,7 @@ listing the model, up to a deadline; on failure print the last journal lines. Re
 
 from __future__ import annotations
 
+from vllmctl.bench.readiness import MAX_WAIT_S
 from vllmctl.ops.base import (
     Args,
     FactRequests,
@@ -26,6 +27,7 @@ JOURNAL_LINES = 40
 POLL = (
     READ_ENV
     + UNIT_EXIT_SOURCE
+    + f"MAX_WAIT_S = {MAX_WAIT_S!r}\n"
     + """
 import json, subprocess, sys, time, urllib.request
 base, model, deadline, unit, env_file, lines = sys.argv[1:7]
@@ -69,7 +71,7 @@ while True:
         break
     print(f"{unit}: not ready after {elapsed:.0f}s: {error}", flush=True)
     time.sleep(wait)
-    wait = min(wait * 1.5, 10.0)
+    wait = min(wait * 1.5, MAX_WAIT_S)
 if exited:
     print(f"{unit}: not ready after {elapsed:.0f}s: {exited}; last error: {error}", file=sys.stderr)
 else:
