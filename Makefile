@@ -16,7 +16,7 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
-# Unit tests only (tests/unit): no root, no containers, about a minute.
+# Unit tests only (tests/unit): no root, no containers, a few minutes.
 unit:
 	$(PYTHON) -m pytest -q tests/unit $(PYTEST_ARGS)
 
