@@ -126,6 +126,13 @@ def keep_running(unit: str, state: Facts, reload: Sequence[Action]) -> list[Acti
     return actions
 
 
+def stop_and_disable(unit: str, state: Facts) -> list[Action]:
+    """`unit` stopped and disabled, where it is enabled or running (the opposite of keep_running)."""
+    if state.get("unit_file_state") == "enabled" or state.get("active_state") in ("active", "activating"):
+        return [run("systemctl", "disable", "--now", unit)]
+    return []
+
+
 @dataclass(frozen=True)
 class Operation:
     """`facts(args)` names the facts the plan needs; `plan(args, facts)` is pure and returns the Step."""

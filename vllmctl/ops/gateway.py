@@ -22,6 +22,7 @@ from vllmctl.ops.base import (
     noop,
     run,
     sha256_text,
+    stop_and_disable,
 )
 from vllmctl.paths import (
     HAPROXY_ADMIN_SOCKET,
@@ -51,10 +52,7 @@ def was_gateway(facts: Facts) -> bool:
 def _absent(facts: Facts) -> Step:
     if not was_gateway(facts):
         return noop("gateway_config", HAPROXY_CONFIG, "not a gateway host")
-    unit = facts["services"].get(HAPROXY_UNIT, {})
-    actions: list[Action] = []
-    if unit.get("unit_file_state") == "enabled" or unit.get("active_state") in ("active", "activating"):
-        actions.append(run("systemctl", "disable", "--now", HAPROXY_UNIT))
+    actions = stop_and_disable(HAPROXY_UNIT, facts["services"].get(HAPROXY_UNIT, {}))
     actions.append(run("rm", "-f", HAPROXY_CONFIG, HAPROXY_CANDIDATE, HAPROXY_STATE_FILE))
     # the directory last: it is what marks the host as one to clean, so a run that fails before it retries
     actions.append(run("rm", "-rf", HAPROXY_FILES_DIR))

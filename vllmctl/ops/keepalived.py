@@ -16,6 +16,7 @@ from vllmctl.ops.base import (
     keep_running,
     noop,
     run,
+    stop_and_disable,
 )
 from vllmctl.ops.gateway import was_gateway
 from vllmctl.paths import HAPROXY_FILES_DIR, KEEPALIVED_CANDIDATE, KEEPALIVED_CONFIG, KEEPALIVED_UNIT
@@ -30,10 +31,7 @@ def _facts(args: Args) -> FactRequests:
 def _absent(facts: Facts, former_gateway: bool) -> Step:
     if former_gateway and not was_gateway(facts):
         return noop("keepalived_config", KEEPALIVED_CONFIG, "not a gateway host")
-    state = facts["services"].get(KEEPALIVED_UNIT, {})
-    actions: list[Action] = []
-    if state.get("unit_file_state") == "enabled" or state.get("active_state") in ("active", "activating"):
-        actions.append(run("systemctl", "disable", "--now", KEEPALIVED_UNIT))
+    actions = stop_and_disable(KEEPALIVED_UNIT, facts["services"].get(KEEPALIVED_UNIT, {}))
     if facts["paths"].get(KEEPALIVED_CONFIG, {}).get("type", "absent") != "absent":
         actions.append(run("rm", "-f", KEEPALIVED_CONFIG))
     if not actions:
