@@ -137,7 +137,10 @@ def test_a_unit_file_systemd_never_reloaded_is_reloaded_by_the_next_apply(lab: d
     # this playbook installs no engine, so a stand-in that sleeps takes the venv's python path
     python = sh(fleet, host, f"sed -n 's/^ExecStart=\\([^ ]*\\) .*/\\1/p' {UNIT_PATH}").strip()
     venv = python.rsplit("/bin/", 1)[0]
-    sh(fleet, host, f"sudo test ! -e {venv}")
+    # a real venv another module left here (the Ray head keeps one for the adapters test) is set aside, not
+    # overwritten, and put back after
+    aside = f"{venv}.aside-{os.getpid()}"
+    sh(fleet, host, f"if sudo test -e {venv}; then sudo mv {venv} {aside}; fi")
     sh(
         fleet,
         host,
@@ -165,6 +168,7 @@ def test_a_unit_file_systemd_never_reloaded_is_reloaded_by_the_next_apply(lab: d
         assert sh(fleet, host, loaded).split() == ["RestartUSec=10s", "NeedDaemonReload=no"]
     finally:
         sh(fleet, host, f"sudo systemctl stop {UNIT}; sudo rm -rf {venv} /root/unit.keep")
+        sh(fleet, host, f"if sudo test -e {aside}; then sudo mv {aside} {venv}; fi")
 
 
 def test_limit_touches_only_the_named_hosts(lab: dict[str, Any]) -> None:
