@@ -73,6 +73,7 @@ class Checker:
         self.imported = imported
         self.files = files
         self.problems: list[Problem] = []
+        self._reported: set[Problem] = set()
         self.resolved = Resolved()
         self._engines: dict[tuple[str, int, int], list[str]] = {}
         self._models_per_host: dict[str, list[str]] | None = None
@@ -82,7 +83,8 @@ class Checker:
 
     def add_at(self, location: Location, message: str, hint: str) -> None:
         problem = Problem(location, message, hint)
-        if problem not in self.problems:  # nested groups, and defaults, are met once per host that uses them
+        if problem not in self._reported:  # nested groups, and defaults, are met once per host that uses them
+            self._reported.add(problem)
             self.problems.append(problem)
 
     def where(self, host: str, path: FieldPath, at_key: bool = False) -> Location:
