@@ -58,7 +58,6 @@ def test_work_grows_linearly_with_hosts(
     assert large / small <= LINEAR_RATIO, (small, large)
 
 
-
 def test_a_problem_on_every_host_stays_linear(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
