@@ -568,9 +568,11 @@ def test_processes_left_by_a_stop_fail_that_host_before_the_start_and_the_next_a
             f"pid {sleeper} (sleep, state S (sleeping)) holds 20480 MiB of GPU {gpu}, which {UNIT} is pinned"
         )
         assert held in tail and f"fix: kill -9 {' '.join(sorted((engine, sleeper), key=int))}, then" in tail
-        assert (
-            sh(fleet, stale, f"systemctl is-active {UNIT} || true").strip() != "active"
-        )  # nothing beside them
+        # nothing started beside them, and status says why the engine is down
+        assert sh(fleet, stale, f"systemctl is-active {UNIT} || true").strip() != "active"
+        shown = vllmctl("status", str(second), "--limit", stale.name, "--json", state_dir=lab["dir"])
+        (entry,) = json.loads(shown.stdout)["entries"]
+        assert entry["left_over_processes"] == 1 and entry["ok"] is False, entry
 
         sh(fleet, stale, f"sudo systemctl stop {holder}; sudo kill -9 {engine}")
         code, doc, stderr = gated(second)
