@@ -27,6 +27,7 @@ UNIT_PREFIX = "vllmctl-"
 UNIT_GLOB = f"{UNIT_PREFIX}*"
 SERVICE_USER = "vllm"
 WAIT_HEALTHY_HELPER = f"{BIN_DIR}/wait-healthy.py"
+ENGINE_GONE_HELPER = f"{BIN_DIR}/engine-gone.py"  # before an engine starts: its last run's processes gone
 HUB_DOWNLOAD_HELPER = f"{BIN_DIR}/hub-download.py"
 # the gateway: HAProxy from the distribution's packages, its config where the package's unit reads it
 HAPROXY_CONFIG = "/etc/haproxy/haproxy.cfg"

@@ -118,14 +118,16 @@ class FakeRemote:
             mode, path = argv[1], argv[2]
             if path in self.host.dirs:
                 self.host.dirs[path] = (mode, self.host.dirs[path][1])
-        elif argv[0] == "systemctl" and argv[1] in ("enable", "restart", "stop", "disable"):
+        elif argv[0] == "systemctl" and argv[1] in ("enable", "restart", "start", "stop", "disable"):
             unit = self.host.units.setdefault(
                 argv[2], {"active_state": "inactive", "unit_file_state": "disabled"}
             )
             if argv[1] == "enable":
                 unit["unit_file_state"] = "enabled"
-            elif argv[1] == "restart":
+            elif argv[1] in ("restart", "start"):
                 unit["active_state"] = "active"
+            elif argv[1] == "stop":
+                unit["active_state"] = "inactive"
         return Result("", "", 0)
 
     def read_file(self, path: str, timeout: float) -> str | None:

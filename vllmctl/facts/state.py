@@ -71,10 +71,14 @@ def parse_users(output: str, exit_code: int) -> dict[str, dict[str, Any]]:
     return users
 
 
+# after the properties, each unit's process count from its cgroup (cgroup v2, else a hybrid layout's v2 or
+# v1 systemd hierarchy): a unit that is not active but has processes left is an old engine a stop left
 UNITS_COMMAND = (
     f'cd {UNIT_DIR} 2>/dev/null && set -- {UNIT_GLOB}.service && [ -e "$1" ] && '
     "systemctl show -p Id,LoadState,ActiveState,SubState,UnitFileState,FragmentPath,NeedDaemonReload "
-    '-- "$@"; true'
+    '-- "$@" && for u in "$@"; do for r in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do '
+    'f="$r/system.slice/$u/cgroup.procs"; [ -r "$f" ] || continue; n=$(wc -l < "$f"); '
+    '[ "$n" -gt 0 ] && printf \'\\nId=%s\\nProcesses=%s\\n\' "$u" "$n"; break; done; done; true'
 )
 _UNIT_KEYS = {
     "LoadState": "load_state",
@@ -98,12 +102,22 @@ def show_blocks(output: str) -> list[dict[str, str]]:
 
 
 def parse_units(output: str, exit_code: int) -> dict[str, dict[str, str]]:
+    """Each unit's properties; `processes` (its cgroup's count) only where UNITS_COMMAND found some."""
     units: dict[str, dict[str, str]] = {}
     for props in show_blocks(output):
         name = props.get("Id")
-        if name:
+        if name and "Processes" in props and name in units:
+            units[name]["processes"] = props["Processes"]
+        elif name:
             units[name] = {ours: props.get(theirs, "") for theirs, ours in _UNIT_KEYS.items()}
     return units
+
+
+def left_over(unit: dict[str, str]) -> int:
+    """Processes left in a unit systemd no longer counts as running: an engine a stop did not end."""
+    count = unit.get("processes", "")
+    running = unit.get("active_state") in ("active", "activating", "deactivating", "reloading")
+    return int(count) if count.isdigit() and not running else 0
 
 
 UNIT_FILES_COMMAND = f"cd {UNIT_DIR} 2>/dev/null && sha256sum -- {UNIT_GLOB} 2>/dev/null; true"

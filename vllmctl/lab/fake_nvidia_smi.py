@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 GPUS_JSON = os.environ.get("VLLMCTL_LAB_GPUS", "/etc/vllmctl-lab/gpus.json")
+# lines of "PID GPU_INDEX MIB": live processes a test says hold a fake GPU (`--query-compute-apps`)
+COMPUTE_APPS = os.environ.get("VLLMCTL_LAB_COMPUTE_APPS", "/run/vllmctl-lab/compute-apps")
 NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"
@@ -89,6 +91,34 @@ def query_gpu(fields_arg: str, format_arg: str, gpus: list[dict[str, Any]], doc:
             value = field_value(field, gpu, doc)
             row.append(f"{value} {UNITS[field]}" if with_units and UNITS[field] else value)
         sys.stdout.write(", ".join(row) + "\n")
+    return 0
+
+
+def query_apps(fields_arg: str, gpus: list[dict[str, Any]]) -> int:
+    """`--query-compute-apps` (csv, no header, no units, as vllmctl asks): COMPUTE_APPS' live processes."""
+    fields = [f.strip() for f in fields_arg.split(",") if f.strip()]
+    known = {"pid", "process_name", "used_memory", "used_gpu_memory", "gpu_uuid", "gpu_name", "gpu_bus_id"}
+    if not fields or any(f not in known for f in fields):
+        sys.stdout.write(f'Field "{fields_arg}" is not a valid field to query.\n\n')
+        return EXIT_BAD_ARGS
+    by_index = {str(g["index"]): g for g in gpus}
+    try:
+        with open(COMPUTE_APPS) as handle:
+            rows = [line.split() for line in handle if len(line.split()) == 3]
+    except FileNotFoundError:
+        rows = []
+    for pid, index, mib in rows:
+        gpu = by_index.get(index)
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue  # the process ended: the real tool lists only live ones
+        if gpu is None:
+            continue
+        values = {"pid": pid, "process_name": name, "used_memory": mib, "used_gpu_memory": mib}
+        values |= {"gpu_uuid": gpu["uuid"], "gpu_name": gpu["name"], "gpu_bus_id": gpu["pci_bus_id"]}
+        sys.stdout.write(", ".join(values[f] for f in fields) + "\n")
     return 0
 
 
@@ -287,6 +317,9 @@ def main(args: list[str]) -> int:
     query = option_value(args, "--query-gpu")
     if query is not None:
         return query_gpu(query, option_value(args, "--format") or "", gpus, doc)
+    apps = option_value(args, "--query-compute-apps")
+    if apps is not None:
+        return query_apps(apps, gpus)
     if "-L" in args or "--list-gpus" in args:
         return list_gpus(gpus)
     if "-q" in args or "--query" in args:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
+from vllmctl.ops.engine_gone import wait_gone
 from vllmctl.ops.service_start import healthy_path
 from vllmctl.ops.system import applied_path
 from vllmctl.paths import RELEASES_DIR, STATE_DIR, UNIT_DIR
@@ -96,6 +97,7 @@ def activate_release(
         actions.append(run("rm", "-f", "--", *records))
     if wanted:
         actions.append(run("systemctl", "enable", "--", *wanted))
+        actions += wait_gone(wanted)
         actions.append(run("systemctl", "start", "--", *wanted))
         files = env_files or {}
         actions += [applied_record(name, files.get(name, "")) for name in wanted]

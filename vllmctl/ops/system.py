@@ -4,6 +4,7 @@ and a Python venv."""
 from __future__ import annotations
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
+from vllmctl.ops.engine_gone import wait_gone
 from vllmctl.paths import HOME_DIR, STATE_DIR
 from vllmctl.render.quoting import confined_path, path_component
 
@@ -61,7 +62,12 @@ def _plan_service(args: Args, facts: Facts) -> Step:
         actions.append(run("systemctl", "disable", name))
     if args["running"]:
         if not active or recorded != args["applied"]:
-            actions.append(run("systemctl", "restart", name))
+            # stop, then start only once the last run's processes are gone (a stuck worker keeps its GPU
+            # memory; a plain restart would start the new engine beside it)
+            if active:
+                actions.append(run("systemctl", "stop", name))
+            actions += wait_gone((name,))
+            actions.append(run("systemctl", "start", name))
             # the record digests the env file: shown, even a short digest lets a short API key be guessed
             actions.append(Upload(applied_path(name), str(args["applied"]), secret=True))
     else:

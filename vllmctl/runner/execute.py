@@ -145,7 +145,10 @@ class HostRun:
     def _take_out(self, phase: str, step: Step) -> None:
         """Before the first step that stops or restarts an engine: the rollout's leave (and the gateway's
         drain), or HeldBack naming the release the host keeps serving."""
-        stops = any(isinstance(a, Command) and a.argv[1:2] in (("restart",), ("stop",)) for a in step.actions)
+        stops = any(
+            isinstance(a, Command) and a.argv[:1] == ("systemctl",) and a.argv[1:2] in (("stop",), ("start",))
+            for a in step.actions
+        )
         if self.opts.guard is None or self.out or phase != GATED_PHASE or step.op != "service" or not stops:
             return
         refusal = self.opts.guard.take_out(self.ctx.host.name)

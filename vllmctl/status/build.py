@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.bench.endpoints import Endpoint
+from vllmctl.facts.state import left_over
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.planner.inventory_plan import InventoryPlan
 from vllmctl.releases.kv import recorded_kv, recorded_restart_kv
@@ -70,6 +71,7 @@ def build_statuses(
                 model=endpoint.model,
                 port=port,
                 service_state=str(unit.get("active_state", "not installed")),
+                left_over=left_over(unit),
                 release=release,
                 healthy=latest.healthy,
                 metrics=latest.metrics,

@@ -104,6 +104,7 @@ class ModelStatus:
     group: ClusterState | None = None  # a multi-node model: its Ray cluster, this entry being the head's
     adapters: tuple[str, ...] | None = None  # the LoRA adapters the replica serves (its /v1/models)
     lock: str | None = None  # the host lock's owner line while held ("" when unreadable)
+    left_over: int = 0  # processes left in the unit's cgroup though systemd stopped it: an old engine
 
     @property
     def kv_tokens(self) -> int | None:

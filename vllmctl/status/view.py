@@ -50,7 +50,10 @@ def _health(status: ModelStatus) -> str:
 
 def _service(status: ModelStatus) -> str:
     """The engine unit's state; for a multi-node model also its Ray units and whether the cluster formed."""
-    return f"{status.service_state}, {status.group.summary()}" if status.group else status.service_state
+    state = status.service_state
+    if status.left_over:
+        state += f", old engine still running after stop ({status.left_over} processes)"
+    return f"{state}, {status.group.summary()}" if status.group else state
 
 
 def _kv_cell(status: ModelStatus) -> str:
@@ -223,6 +226,7 @@ def status_json(statuses: Sequence[ModelStatus], now: datetime | None = None) ->
             "model": s.model,
             "port": s.port,
             "service_state": s.service_state,
+            "left_over_processes": s.left_over,
             "release": s.release,
             "healthy": s.healthy,
             "ok": s.ok,

@@ -28,6 +28,7 @@ UNIT = "vllmctl-tiny-0.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 LOCK = "/var/lib/vllmctl/lock"
 RELEASES = "/var/lib/vllmctl/releases"
+COMPUTE_APPS = "/run/vllmctl-lab/compute-apps"  # the lab's nvidia-smi lists these processes on its GPUs
 
 
 def vllmctl(*args: str, state_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -497,4 +498,100 @@ def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothi
                 host,
                 f"sudo systemctl stop {UNIT}; sudo rm -rf {venv} {RELEASES} {LOCK}",
             )
+        converge(lab)
+
+
+def test_processes_left_by_a_stop_fail_that_host_before_the_start_and_the_next_apply_starts_it(
+    lab: dict[str, Any],
+) -> None:
+    """#36 on the two spare hosts with the engine stand-in. On one host the engine's stop leaves its process
+    in the unit's cgroup (a `KillMode=none` drop-in: systemd stops the unit and kills nothing, as when a
+    worker survives SIGKILL), and a `sleep` registered with the lab's nvidia-smi holds the GPU the replica is
+    pinned to. The next release fails that host before starting the new engine, naming both processes and
+    the fix in --json; the other host passes. Once they are gone, the next apply starts it."""
+    fleet: LabFleet = lab["fleet"]
+    converge(lab)
+    hosts = fleet.hosts[2:]
+    stale = hosts[1]
+    limit = ("--limit", ",".join(h.name for h in hosts), "--max-fail", "1")
+    playbook = lab["dir"] / "gated.yml"
+    playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
+    venv = venv_path(EngineSpec("vllm", STUB_VERSION))
+    for host in hosts:
+        sh(fleet, host, f"sudo test ! -e {venv}")
+        stub = (
+            f"printf '%s' {shlex.quote(STUB_ENGINE)} | sudo install -D -m 0755 /dev/stdin {venv}/bin/python"
+        )
+        sh(fleet, host, stub)
+
+    def release(name: str, max_num_seqs: int) -> Path:
+        path = engine_args_inventory(lab, name, max_num_seqs=max_num_seqs)
+        doc = yaml.safe_load(path.read_text())
+        doc["models"]["tiny"]["min_available"] = 0  # both hosts restart at once: one fails, one passes
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def gated(inventory: Path) -> tuple[int, dict[str, Any], str]:
+        return apply(lab, "--playbook", str(playbook), *limit, inventory=inventory)
+
+    holder, drop_in = "vllmctl-lab-gpu-holder", f"/etc/systemd/system/{UNIT}.d"
+    try:
+        code, _, stderr = gated(release("stale-a.yml", 4))
+        assert code == 0, stderr[-4000:]
+        engine = sh(fleet, stale, f"systemctl show -p MainPID --value {UNIT}").strip()
+        keep = (
+            f"sudo mkdir -p {drop_in} && printf '[Service]\\nKillMode=none\\n' | sudo tee {drop_in}/keep.conf"
+        )
+        sh(fleet, stale, f"{keep} && sudo systemctl daemon-reload")
+        pinned = sh(fleet, stale, f"sed -n 's/^Environment=CUDA_VISIBLE_DEVICES=//p' {UNIT_PATH}").strip()
+        gpu = pinned.split(",")[0]
+        assert gpu.isdigit(), pinned
+        sh(fleet, stale, f"sudo systemd-run --quiet --unit {holder} sleep infinity")
+        sleeper = sh(fleet, stale, f"systemctl show -p MainPID --value {holder}").strip()
+        register = f"sudo mkdir -p /run/vllmctl-lab && echo '{sleeper} {gpu} 20480' | sudo tee {COMPUTE_APPS}"
+        sh(fleet, stale, register)
+
+        second = release("stale-b.yml", 8)
+        code, doc, stderr = gated(second)
+        assert code == 1, stderr[-4000:]
+        other = doc["hosts"][hosts[0].name]
+        assert (other["status"], other["release"]["status"]) == ("ok", "passed"), stderr[-4000:]
+        failed = doc["hosts"][stale.name]
+        assert failed["status"] == "failed", failed
+        (step,) = [s for s in failed["steps"] if s["status"] == "failed"]
+        assert step["op"] == "service" and "engine-gone.py" in step["error"], step
+        tail = step["stderr_tail"]
+        assert (
+            f"pid {engine} (python, state S (sleeping)) is still in {UNIT}'s cgroup; the unit stopped" in tail
+        )
+        held = (
+            f"pid {sleeper} (sleep, state S (sleeping)) holds 20480 MiB of GPU {gpu}, which {UNIT} is pinned"
+        )
+        assert held in tail and f"fix: kill -9 {' '.join(sorted((engine, sleeper), key=int))}, then" in tail
+        # nothing started beside them, and status says why the engine is down
+        assert sh(fleet, stale, f"systemctl is-active {UNIT} || true").strip() != "active"
+        shown = vllmctl("status", str(second), "--limit", stale.name, "--json", state_dir=lab["dir"])
+        (entry,) = json.loads(shown.stdout)["entries"]
+        assert entry["left_over_processes"] == 1 and entry["ok"] is False, entry
+
+        sh(fleet, stale, f"sudo systemctl stop {holder}; sudo kill -9 {engine}")
+        code, doc, stderr = gated(second)
+        assert code == 0, stderr[-4000:]
+        assert doc["hosts"][stale.name]["release"]["status"] == "passed", doc["hosts"][stale.name]
+        assert "--max-num-seqs 8" in sh(fleet, stale, f"cat {UNIT_PATH}")
+        assert sh(fleet, stale, f"systemctl is-active {UNIT}").strip() == "active"
+    finally:
+        sh(
+            fleet,
+            stale,
+            f"sudo systemctl stop {holder} 2>/dev/null; sudo rm -rf {COMPUTE_APPS} {drop_in}; true",
+        )
+        for host in hosts:
+            sh(
+                fleet,
+                host,
+                f"sudo systemctl kill -s KILL {UNIT}; sudo systemctl stop {UNIT}; "
+                f"sudo rm -rf {venv} {RELEASES} {LOCK}",
+            )
+        sh(fleet, stale, "sudo systemctl daemon-reload")
         converge(lab)

@@ -171,9 +171,10 @@ def test_the_runner_drains_before_the_first_restart_and_readies_after_the_gate()
         run_playbook(PLAYBOOK, contexts, lambda ctx: FakeRemote(host, [0.0], []), options, lambda: 0.0)
 
     run()
-    # the service step enables, then restarts: the drain comes before the step
+    # the service step enables, waits until no old engine is left, then starts; the drain comes first
     step = next(i for i, c in enumerate(host.executed) if c.startswith("systemctl enable vllmctl-tiny"))
-    assert host.executed[step + 1].startswith("systemctl restart vllmctl-tiny")
+    assert "engine-gone.py" in host.executed[step + 3]
+    assert host.executed[step + 4].startswith("systemctl start vllmctl-tiny")
     assert log == [f"drain a after {step} commands", "gate a", "ready a"]
     log.clear()
     run()  # converged: nothing restarts, nothing is drained

@@ -190,3 +190,27 @@ def test_the_lab_fabric_manager_completes_the_fabric_only_on_its_exact_driver_ve
         running.wait(timeout=10)
     subprocess.run([*script, "--stopped"], env=env, check=True)
     assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"
+
+
+def test_compute_apps_lists_the_live_processes_a_test_registered(
+    h100x2: dict[str, object], tmp_path: Path
+) -> None:
+    """`--query-compute-apps`: each registered process that still runs, on its GPU; an ended one is gone."""
+    apps = tmp_path / "compute-apps"
+    apps.write_text(f"{os.getpid()} 1 2048\n4194303999 0 512\n")  # the second: past any pid_max, never live
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(h100x2))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path), "VLLMCTL_LAB_COMPUTE_APPS": str(apps)}
+    fields = "--query-compute-apps=pid,process_name,used_memory,gpu_uuid"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), fields, "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    uuid = h100x2["gpus"][1]["uuid"]  # type: ignore[index]
+    name = Path("/proc/self/comm").read_text().strip()
+    assert (done.returncode, done.stdout) == (0, f"{os.getpid()}, {name}, 2048, {uuid}\n")
+    bad = subprocess.run(
+        [sys.executable, str(SCRIPT), "--query-compute-apps=pid,bogus", "--format=csv"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "is not a valid field" in bad.stdout

@@ -57,7 +57,14 @@ def test_a_directory_where_a_file_belongs_is_refused() -> None:
 def test_the_applied_hash_is_recorded_only_after_the_restart() -> None:
     step = OPERATIONS["service"]({"name": "u.service", "applied": "h2"}, {"units": {}, "applied": {}})
     kinds = [type(a).__name__ + ":" + a.render().split()[1] for a in step.actions]
-    assert kinds == ["Command:enable", "Command:restart", "Upload:/var/lib/vllmctl/state/u.service.applied"]
+    assert kinds == [
+        "Command:enable",
+        "Command:022",  # umask 022 && mkdir -p -- the helper's folder
+        "Upload:/var/lib/vllmctl/bin/engine-gone.py",
+        "Command:/var/lib/vllmctl/bin/engine-gone.py",
+        "Command:start",
+        "Upload:/var/lib/vllmctl/state/u.service.applied",
+    ]
     assert step.actions[-1].content == "h2"  # type: ignore[union-attr]
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from builders import host_state, manifest
 
+from vllmctl.ops.base import sha256_text
+from vllmctl.ops.engine_gone import SCRIPT as ENGINE_GONE
 from vllmctl.ops.release import activate_release, create_release, prune_releases, record_verdict
 
 RD = "/var/lib/vllmctl/releases"
@@ -51,6 +53,11 @@ def test_activate_is_stop_then_units_from_the_release_then_start_then_pointer() 
         "/var/lib/vllmctl/state/vllmctl-old-0.service.applied "
         "/var/lib/vllmctl/state/vllmctl-old-0.service.healthy",
         "systemctl enable -- vllmctl-m-0.service vllmctl-m-1.service",
+        # nothing of the stopped engines left in their cgroups or on their GPUs before the start
+        "umask 022 && mkdir -p -- /var/lib/vllmctl/bin",
+        "upload /var/lib/vllmctl/bin/engine-gone.py mode=0755 owner=root:root "
+        f"(sha256 {sha256_text(ENGINE_GONE)[:12]})",
+        "python3 /var/lib/vllmctl/bin/engine-gone.py 30 vllmctl-m-0.service vllmctl-m-1.service",
         "systemctl start -- vllmctl-m-0.service vllmctl-m-1.service",
         # the applied records rewritten from what was started (unit NUL env file), as apply digests them
         "umask 077 && { cat -- /etc/systemd/system/vllmctl-m-0.service && printf '\\000' && "

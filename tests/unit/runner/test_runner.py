@@ -132,7 +132,7 @@ def test_one_failing_host_does_not_stop_the_others() -> None:
 
 def test_half_failed_restart_is_planned_again_next_time() -> None:
     fleet = Fleet(["h1"])
-    fleet.hosts["h1"].fail_on = "systemctl restart"
+    fleet.hosts["h1"].fail_on = "systemctl start"
     assert fleet.run().failed
     fleet.hosts["h1"].fail_on = None
     second = fleet.run()

@@ -242,3 +242,27 @@ def test_status_shows_the_held_lock_its_facts_report(
     out, err = io.StringIO(), io.StringIO()
     assert status_command.run(cli.build_parser().parse_args(argv), Ui(out=out, err=err)) == 0
     assert "warning: a: locked by root@ctl pid=123 (apply) for 4m" in err.getvalue()
+
+
+def test_a_stopped_unit_with_processes_left_says_its_old_engine_still_runs(inventory: Path) -> None:
+    """#36: systemd stopped the unit (failed) but its cgroup still holds processes: not a bare failure."""
+    from vllmctl.status.view import status_json, status_rows
+
+    inv = load_inventory(inventory)
+    endpoints = [
+        Endpoint("a", "tiny", 0, "http://127.0.0.1:9"),
+        Endpoint("b", "tiny", 0, "http://127.0.0.2:9"),
+    ]
+    failed = {"active_state": "failed", "processes": "3"}
+    facts = {
+        "a": {"facts": {"units": {"vllmctl-tiny-0.service": failed}, "releases": {}}},
+        # a running unit's processes are its engine, not left over
+        "b": {"facts": {"units": {"vllmctl-tiny-0.service": {"active_state": "active", "processes": "3"}}}},
+    }
+    none = [Scrape(False, None, "connection refused") for _ in endpoints]
+    statuses = build_statuses(inv, endpoints, facts, InventoryPlan(()), none, none, 1.0)
+    entries = {e["host"]: e for e in status_json(statuses)["entries"]}
+    assert (entries["a"]["service_state"], entries["a"]["left_over_processes"]) == ("failed", 3)
+    assert entries["b"]["left_over_processes"] == 0
+    rows = {row["host"]: row for row in status_rows(statuses)}
+    assert "failed, old engine still running after stop (3 processes)" in rows["a"].values()
