@@ -22,6 +22,9 @@ LOCK_DIR = f"{LIB_DIR}/lock"  # the host lock: an atomic mkdir
 AUDIT_LOG = f"{LOG_DIR}/audit.log"
 VENVS_DIR = f"{OPT_DIR}/venvs"  # one venv per engine version
 UNIT_DIR = "/etc/systemd/system"
+# where a unit's processes are listed: cgroup v2, else a hybrid layout's v2 or v1 systemd hierarchy (a
+# Debian 12 container's); a service's cgroup is <root>/system.slice/<unit>
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
 
 UNIT_PREFIX = "vllmctl-"
 UNIT_GLOB = f"{UNIT_PREFIX}*"

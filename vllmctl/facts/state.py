@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines, quoted_words
-from vllmctl.paths import RELEASES_DIR, STATE_DIR, UNIT_DIR, UNIT_GLOB, VENVS_DIR
+from vllmctl.paths import CGROUP_ROOTS, RELEASES_DIR, STATE_DIR, UNIT_DIR, UNIT_GLOB, VENVS_DIR
 
 
 def paths_command(args: tuple[str, ...]) -> str:
@@ -71,12 +71,12 @@ def parse_users(output: str, exit_code: int) -> dict[str, dict[str, Any]]:
     return users
 
 
-# after the properties, each unit's process count from its cgroup (cgroup v2, else a hybrid layout's v2 or
-# v1 systemd hierarchy): a unit that is not active but has processes left is an old engine a stop left
+# after the properties, each unit's process count from its cgroup: a unit that is not active but has
+# processes left is an old engine a stop left
 UNITS_COMMAND = (
     f'cd {UNIT_DIR} 2>/dev/null && set -- {UNIT_GLOB}.service && [ -e "$1" ] && '
     "systemctl show -p Id,LoadState,ActiveState,SubState,UnitFileState,FragmentPath,NeedDaemonReload "
-    '-- "$@" && for u in "$@"; do for r in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do '
+    f'-- "$@" && for u in "$@"; do for r in {" ".join(CGROUP_ROOTS)}; do '
     'f="$r/system.slice/$u/cgroup.procs"; [ -r "$f" ] || continue; n=$(wc -l < "$f"); '
     '[ "$n" -gt 0 ] && printf \'\\nId=%s\\nProcesses=%s\\n\' "$u" "$n"; break; done; done; true'
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vllmctl.paths import STATE_DIR, UNIT_DIR, UNIT_PREFIX
+from vllmctl.paths import CGROUP_ROOTS, STATE_DIR, UNIT_DIR, UNIT_PREFIX
 from vllmctl.render.quoting import shell_join
 
 # facts whose own command reads nothing private: the fast path runs them as the SSH user, as they are
@@ -25,9 +25,7 @@ UNIT_SEARCH_DIRS = (
 # where PID 1 shows that a unit runs: its invocation link, and its cgroup (v2, or a container's hybrid tree)
 RUNTIME_GLOBS = (
     f"/run/systemd/units/invocation:{UNIT_PREFIX}*",
-    f"/sys/fs/cgroup/system.slice/{UNIT_PREFIX}*",
-    f"/sys/fs/cgroup/unified/system.slice/{UNIT_PREFIX}*",
-    f"/sys/fs/cgroup/systemd/system.slice/{UNIT_PREFIX}*",
+    *(f"{root}/system.slice/{UNIT_PREFIX}*" for root in CGROUP_ROOTS),
 )
 SETTLE_S = 2.0  # a file changed this recently may change again within the same timestamp tick
 

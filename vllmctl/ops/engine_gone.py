@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllmctl.ops.base import Action, Upload, make_dirs, run
-from vllmctl.paths import ENGINE_GONE_HELPER
+from vllmctl.paths import CGROUP_ROOTS, ENGINE_GONE_HELPER
 
 # `systemctl stop` has already waited TimeoutStopSec and sent SIGKILL: what is left after this is stuck
 # (a worker in NCCL or CUDA teardown), and a start beside it would find too little GPU memory
@@ -15,11 +15,12 @@ EXIT_STALE = 3
 
 # Runs as root with the host's python3 (standard library only): reads cgroups, /proc and nvidia-smi.
 SCRIPT = (
-    f"EXIT_STALE = {EXIT_STALE}\n"
+    f"EXIT_STALE = {EXIT_STALE}\nCGROUP_ROOTS = {CGROUP_ROOTS!r}\n"
     + r'''
 import os, subprocess, sys, time
 
-CGROUP_ROOT = os.environ.get("VLLMCTL_CGROUP_ROOT", "/sys/fs/cgroup")
+if os.environ.get("VLLMCTL_CGROUP_ROOT"):  # tests: a cgroup tree of their own
+    CGROUP_ROOTS = (os.environ["VLLMCTL_CGROUP_ROOT"],)
 deadline, units = float(sys.argv[1]), sys.argv[2:]
 
 
@@ -29,10 +30,9 @@ def show(unit, prop):
 
 
 def cgroup_pids(unit):
-    """Every process in the unit's cgroup, children included: cgroup v2, else the hybrid layout's v2 or
-    v1 systemd hierarchy (a Debian 12 container's)."""
+    """Every process in the unit's cgroup, children included, from the first hierarchy that has it."""
     group = show(unit, "ControlGroup") or "/system.slice/" + unit
-    for root in (CGROUP_ROOT, CGROUP_ROOT + "/unified", CGROUP_ROOT + "/systemd"):
+    for root in CGROUP_ROOTS:
         top = root + group
         if not os.path.isdir(top):
             continue
