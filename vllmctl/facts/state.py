@@ -113,11 +113,14 @@ def parse_units(output: str, exit_code: int) -> dict[str, dict[str, str]]:
     return units
 
 
+# ActiveState values of a unit whose processes systemd still runs (or is starting, reloading or stopping)
+ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+
+
 def left_over(unit: dict[str, str]) -> int:
     """Processes left in a unit systemd no longer counts as running: an engine a stop did not end."""
     count = unit.get("processes", "")
-    running = unit.get("active_state") in ("active", "activating", "deactivating", "reloading")
-    return int(count) if count.isdigit() and not running else 0
+    return int(count) if count.isdigit() and unit.get("active_state") not in ACTIVE_STATES else 0
 
 
 UNIT_FILES_COMMAND = f"cd {UNIT_DIR} 2>/dev/null && sha256sum -- {UNIT_GLOB} 2>/dev/null; true"

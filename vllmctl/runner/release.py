@@ -13,6 +13,7 @@ from typing import Any
 from vllmctl.bench.readiness import FLOOR_S, HealthCheck
 from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
+from vllmctl.facts.state import ACTIVE_STATES
 from vllmctl.ops import Command, Step
 from vllmctl.ops.release import (
     activate_release,
@@ -57,7 +58,6 @@ from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name,
 from vllmctl.transport.target import http_address
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
-ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
 
 
 @dataclass(frozen=True)
