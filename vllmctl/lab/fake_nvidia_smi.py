@@ -109,13 +109,13 @@ def query_apps(fields_arg: str, gpus: list[dict[str, Any]]) -> int:
         rows = []
     for pid, index, mib in rows:
         gpu = by_index.get(index)
+        if gpu is None:
+            continue
         try:
             with open(f"/proc/{pid}/comm") as comm:
                 name = comm.read().strip()
         except OSError:
             continue  # the process ended: the real tool lists only live ones
-        if gpu is None:
-            continue
         values = {"pid": pid, "process_name": name, "used_memory": mib, "used_gpu_memory": mib}
         values |= {"gpu_uuid": gpu["uuid"], "gpu_name": gpu["name"], "gpu_bus_id": gpu["pci_bus_id"]}
         sys.stdout.write(", ".join(values[f] for f in fields) + "\n")

@@ -29,9 +29,8 @@ def show(unit, prop):
     return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
 
 
-def cgroup_pids(unit):
-    """Every process in the unit's cgroup, children included, from the first hierarchy that has it."""
-    group = show(unit, "ControlGroup") or "/system.slice/" + unit
+def cgroup_pids(group):
+    """Every process in a cgroup, children included, from the first hierarchy that has it."""
     for root in CGROUP_ROOTS:
         top = root + group
         if not os.path.isdir(top):
@@ -60,21 +59,24 @@ def smi(query):
     return [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
 
 
-def gpu_holders(gpus):
-    """(pid, name, MiB, GPU index) of each compute process on `gpus`; none when nvidia-smi cannot say."""
-    if not gpus:
+def gpu_indexes():
+    """GPU UUID -> index; empty when nvidia-smi cannot say (then no GPU is checked)."""
+    try:
+        return {row[-1]: row[0] for row in smi("gpu=index,uuid")}
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def gpu_holders():
+    """(pid, name, MiB, GPU index) of each compute process; none when nvidia-smi cannot say."""
+    if not index_of:
         return []
     try:
-        index_of = {row[-1]: row[0] for row in smi("gpu=index,uuid")}
         apps = smi("compute-apps=pid,process_name,used_memory,gpu_uuid")
     except (OSError, subprocess.SubprocessError):
         return []
-    held = []
-    for row in apps:
-        index = index_of.get(row[-1])
-        if index in gpus and len(row) >= 4:
-            held.append((row[0], ",".join(row[1:-2]), row[-2], index))
-    return held
+    return [(row[0], ",".join(row[1:-2]), row[-2], index_of[row[-1]]) for row in apps
+            if len(row) >= 4 and row[-1] in index_of]
 
 
 def proc(pid, name):
@@ -107,22 +109,29 @@ def stopped_ago(unit):
 
 
 def left_over():
+    """(pid, evidence, unit whose cgroup holds it or None) of each process in the way of a start."""
     found = []
+    holders = gpu_holders()
     for unit in units:
-        for pid in cgroup_pids(unit):
+        for pid in cgroup_pids(groups[unit]):
             name, state = proc(pid, "")
             if state != "gone":
-                found.append((pid, f"pid {pid} ({name}, state {state}) is still in {unit}'s cgroup"
-                              + stopped_ago(unit)))
-        for pid, name, mib, gpu in gpu_holders(pinned_gpus(unit)):
+                found.append((pid, f"pid {pid} ({name}, state {state}) is still in {unit}'s cgroup", unit))
+        for pid, name, mib, gpu in holders:
+            if gpu not in pins[unit]:
+                continue
             name, state = proc(pid, name)
             if state == "gone" or other_engine(pid):
                 continue
             found.append((pid, f"pid {pid} ({name}, state {state}) holds {mib} MiB of GPU {gpu}, "
-                               f"which {unit} is pinned to"))
+                               f"which {unit} is pinned to", None))
     return found
 
 
+# what the wait reads once: where each unit's processes are listed, the GPUs it is pinned to, their UUIDs
+groups = {unit: show(unit, "ControlGroup") or "/system.slice/" + unit for unit in units}
+pins = {unit: pinned_gpus(unit) for unit in units}
+index_of = gpu_indexes() if any(pins.values()) else {}
 start = time.monotonic()
 while True:
     found = left_over()
@@ -134,10 +143,10 @@ while True:
     if waited >= deadline:
         break
     time.sleep(1)
-pids = sorted({str(pid) for pid, _ in found if str(pid).isdigit()}, key=lambda p: (len(p), p))
+pids = sorted({str(pid) for pid, _, _ in found if str(pid).isdigit()}, key=lambda p: (len(p), p))
 print(f"{' '.join(units)}: not started: processes still there {waited:.0f} s after the stop", file=sys.stderr)
-for _, line in found:
-    print("  " + line, file=sys.stderr)
+for _, line, unit in found:
+    print("  " + line + (stopped_ago(unit) if unit else ""), file=sys.stderr)
 print(f"fix: kill -9 {' '.join(pids)}, then apply again; a process in state D (uninterruptible) cannot be "
       "killed: reboot the host", file=sys.stderr)
 sys.exit(EXIT_STALE)
