@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,19 @@ GATED_PLAYBOOK = {
 STUB_VERSION = "0.0.1"  # the stand-in engine's own venv: never a real engine's on the shared fleet
 
 
+def stub_engine_on(lab: dict[str, Any], hosts: Sequence[LabHostInfo]) -> tuple[Path, str]:
+    """The gated playbook written, and the engine stand-in installed as its venv's python on `hosts` (which
+    hold no venv of that version yet); returns the playbook and the venv."""
+    playbook = lab["dir"] / "gated.yml"
+    playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
+    venv = venv_path(EngineSpec("vllm", STUB_VERSION))
+    install = f"printf '%s' {shlex.quote(STUB_ENGINE)} | sudo install -D -m 0755 /dev/stdin {venv}/bin/python"
+    for host in hosts:
+        sh(lab["fleet"], host, f"sudo test ! -e {venv}")
+        sh(lab["fleet"], host, install)
+    return playbook, venv
+
+
 def engine_args_inventory(lab: dict[str, Any], name: str, **engine_args: int) -> Path:
     doc = yaml.safe_load(lab["inventory"].read_text())
     doc["defaults"]["engine"]["version"] = STUB_VERSION
@@ -420,17 +434,7 @@ def test_after_any_rollback_or_a_killed_apply_check_of_what_serves_changes_nothi
     converge(lab)
     hosts = fleet.hosts[2:]
     limit = ("--limit", ",".join(h.name for h in hosts))
-    playbook = lab["dir"] / "gated.yml"
-    playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
-    venv = venv_path(EngineSpec("vllm", STUB_VERSION))
-    python = f"{venv}/bin/python"
-    for host in hosts:
-        sh(fleet, host, f"sudo test ! -e {venv}")
-        sh(
-            fleet,
-            host,
-            f"printf '%s' {shlex.quote(STUB_ENGINE)} | sudo install -D -m 0755 /dev/stdin {python}",
-        )
+    playbook, venv = stub_engine_on(lab, hosts)
 
     def gated(inventory: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
         return apply(lab, "--playbook", str(playbook), *limit, *extra, inventory=inventory)
@@ -514,15 +518,7 @@ def test_processes_left_by_a_stop_fail_that_host_before_the_start_and_the_next_a
     hosts = fleet.hosts[2:]
     stale = hosts[1]
     limit = ("--limit", ",".join(h.name for h in hosts), "--max-fail", "1")
-    playbook = lab["dir"] / "gated.yml"
-    playbook.write_text(yaml.safe_dump(GATED_PLAYBOOK, sort_keys=False))
-    venv = venv_path(EngineSpec("vllm", STUB_VERSION))
-    for host in hosts:
-        sh(fleet, host, f"sudo test ! -e {venv}")
-        stub = (
-            f"printf '%s' {shlex.quote(STUB_ENGINE)} | sudo install -D -m 0755 /dev/stdin {venv}/bin/python"
-        )
-        sh(fleet, host, stub)
+    playbook, venv = stub_engine_on(lab, hosts)
 
     def release(name: str, max_num_seqs: int) -> Path:
         path = engine_args_inventory(lab, name, max_num_seqs=max_num_seqs)
