@@ -4,6 +4,7 @@ release pointers, the venvs the current and known-good releases run from, and en
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines, quoted_words
@@ -91,8 +92,15 @@ _UNIT_KEYS = {
 
 
 def services_command(args: tuple[str, ...]) -> str:
-    """The same properties for units vllmctl does not own (a distribution's haproxy.service)."""
-    return f"systemctl show -p {','.join(_UNIT_KEYS)},Id -- {quoted_words(args)}; true"
+    """The same properties for units vllmctl does not own (a distribution's haproxy.service), and the command
+    line each runs (`exec_start`: a packaged nvidia-persistenced passes --no-persistence-mode)."""
+    return f"systemctl show -p {','.join(_UNIT_KEYS)},ExecStart,Id -- {quoted_words(args)}; true"
+
+
+def exec_argv(value: str) -> str:
+    """The command line in systemctl's `ExecStart={ path=... ; argv[]=ARGV ; ignore_errors=no ; ... }`."""
+    found = re.search(r"argv\[\]=(.*?) ; ", value)
+    return found[1] if found else ""
 
 
 def show_blocks(output: str) -> list[dict[str, str]]:
@@ -110,6 +118,8 @@ def parse_units(output: str, exit_code: int) -> dict[str, dict[str, str]]:
             units[name]["processes"] = props["Processes"]
         elif name:
             units[name] = {ours: props.get(theirs, "") for theirs, ours in _UNIT_KEYS.items()}
+            if "ExecStart" in props:
+                units[name]["exec_start"] = exec_argv(props["ExecStart"])
     return units
 
 

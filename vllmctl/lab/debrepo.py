@@ -5,7 +5,9 @@
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 A Fabric Manager package (one per driver release at its exact version, and one a patch apart: MISMATCHED_FM)
 ships `nvidia-fabricmanager.service`, which, as the real one, refuses to start on a driver of another version
-and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/fabricmanager.py`). The
+and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/gpu_daemons.py`). Each
+driver package ships `nvidia-persistenced.service` with the command line of Ubuntu's packaged unit
+(`--no-persistence-mode`: persistence mode stays Disabled until vllmctl's drop-in removes the flag). The
 NVLSM and DCGM Exporter stand-ins only install, hold and run as the real ones do; the exporter's ships a
 `dcgmi` whose quick diag passes.
 """
@@ -16,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from vllmctl.lab import base, fabricmanager
+from vllmctl.lab import base, gpu_daemons
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
 from vllmctl.ops.engine import CPU_VARIANT_DEBS
@@ -24,21 +26,37 @@ from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 from vllmctl.tasks.gateway import VIP_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "8"
+REPO_VERSION = "9"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
 MISMATCHED_FM = "580.82.07"
-FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"
+FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"  # gpu_daemons.py, under each package's own path
+PERSISTENCED_SCRIPT = "/usr/lib/vllmctl-lab/persistenced.py"
 FM_UNIT = """[Unit]
 Description=NVIDIA fabric manager service (vllmctl lab stand-in)
 
 [Service]
 Type=notify
-ExecStart=/usr/bin/python3 {script} {version}
-ExecStopPost=/usr/bin/python3 {script} --stopped
+ExecStart=/usr/bin/python3 {script} fabricmanager {version}
+ExecStopPost=/usr/bin/python3 {script} fabricmanager --stopped
 
 [Install]
 WantedBy=multi-user.target
 """
+# ExecStart as Ubuntu's nvidia-compute-utils unit has it (`--no-persistence-mode`); Type=notify, not forking
+PERSISTENCED_UNIT = f"""[Unit]
+Description=NVIDIA Persistence Daemon (vllmctl lab stand-in)
+Wants=syslog.target
+
+[Service]
+Type=notify
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/usr/bin/python3 {PERSISTENCED_SCRIPT} persistenced --stopped
+
+[Install]
+WantedBy=multi-user.target
+"""
+PERSISTENCED_BIN = f'#!/bin/sh\nexec /usr/bin/python3 {PERSISTENCED_SCRIPT} persistenced "$@"\n'
+RELOAD_SYSTEMD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
 NVLSM_VERSION = "2025.06.10"  # NVLSM is versioned by date, as NVIDIA's CUDA repository ships it
 EXPORTER_VERSION = "4.5.0"
@@ -103,7 +121,7 @@ def maintainer_script(release: DriverRelease, install: bool) -> str:
     )
     python = _SET_DRIVER.format(gpus_json=GPUS_JSON, install=install, driver=driver, branch=release.branch)
     when = '[ "$1" = configure ]' if install else '[ "$1" = remove ] || [ "$1" = purge ]'
-    return f"#!/bin/sh\nset -e\nif {when}; then\npython3 - <<'PY'\n{python}PY\nfi\n"
+    return f"#!/bin/sh\nset -e\nif {when}; then\npython3 - <<'PY'\n{python}PY\nfi\n{RELOAD_SYSTEMD}"
 
 
 def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
@@ -115,6 +133,19 @@ def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
         script = debian / name
         script.write_text(maintainer_script(release, install))
         script.chmod(0o755)
+    prerm = debian / "prerm"  # as dh_installsystemd's: the daemon stops before its files go
+    prerm.write_text("#!/bin/sh\nsystemctl stop nvidia-persistenced.service 2>/dev/null || true\n")
+    prerm.chmod(0o755)
+    shipped = {
+        PERSISTENCED_SCRIPT: (Path(gpu_daemons.__file__).read_text(), 0o755),
+        "/usr/bin/nvidia-persistenced": (PERSISTENCED_BIN, 0o755),
+        "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT, 0o644),
+    }
+    for path, (content, mode) in shipped.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(mode)
     doc = root / "usr/share/doc" / package_name(release.branch)
     doc.mkdir(parents=True)
     (doc / "README").write_text("vllmctl lab dummy driver package\n")
@@ -149,13 +180,11 @@ def _build_fm_package(branch: str, version: str, into: Path, scratch: Path) -> N
     (root / "DEBIAN/control").write_text(fm_control_file(branch, version))
     for name in ("postinst", "postrm"):  # as dh_installsystemd's: systemd loads the unit as shipped
         hook = root / "DEBIAN" / name
-        hook.write_text(
-            "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
-        )
+        hook.write_text(f"#!/bin/sh\nset -e\n{RELOAD_SYSTEMD}")
         hook.chmod(0o755)
     script = root / FM_SCRIPT.lstrip("/")
     script.parent.mkdir(parents=True)
-    script.write_text(Path(fabricmanager.__file__).read_text())
+    script.write_text(Path(gpu_daemons.__file__).read_text())
     unit = root / "lib/systemd/system/nvidia-fabricmanager.service"
     unit.parent.mkdir(parents=True)
     unit.write_text(FM_UNIT.format(script=FM_SCRIPT, version=version))
@@ -177,9 +206,7 @@ def _build_stub(name: str, version: str, files: dict[str, str], into: Path, scra
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN/control").write_text(stub_control(name, version))
     postinst = root / "DEBIAN/postinst"
-    postinst.write_text(
-        "#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n"
-    )
+    postinst.write_text(f"#!/bin/sh\nset -e\n{RELOAD_SYSTEMD}")
     postinst.chmod(0o755)
     for path, content in files.items():
         target = root / path.lstrip("/")

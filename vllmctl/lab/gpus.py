@@ -144,7 +144,7 @@ def gpus_document(host: str, gpus: HostGpus, driver: DriverRelease | None) -> di
         "product": gpus.model.key if gpus.model else None,
         "driver": driver_fields(driver) if gpus.model else None,
         "nvswitches": gpus.model.nvswitches if hgx and gpus.model else 0,
-        # Completed only while a Fabric Manager of the driver's exact version runs (lab/fabricmanager.py)
+        # Completed only while a Fabric Manager of the driver's exact version runs (lab/gpu_daemons.py)
         "fabric": {"state": "Not Started", "status": "N/A"} if hgx else None,
         "gpus": devices,
     }

@@ -179,6 +179,16 @@ def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) ->
     assert driver["status"] == "changed" and "xargs -r apt-mark hold" in driver["commands"][-1]
     held = gate.sh(host, "apt-mark showhold").split()
     assert "nvidia-driver-580" in held and "nvidia-fabricmanager-580" in held
+    # the package's unit passes --no-persistence-mode, as Ubuntu's does: vllmctl's drop-in runs it without
+    (persistence,) = [
+        s for s in json.loads(applied.stdout)["hosts"][host.name]["steps"] if s["op"] == "persistence"
+    ]
+    assert persistence["status"] == "changed", persistence
+    assert persistence["commands"][-1] == "systemctl restart nvidia-persistenced.service", persistence
+    running = gate.sh(host, "systemctl show -p ExecStart nvidia-persistenced.service")
+    assert "--no-persistence-mode" not in running and "argv[]=/usr/bin/nvidia-persistenced --user" in running
+    modes = gate.sh(host, "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").split()
+    assert modes == ["Enabled"] * 8, modes
     again = gate.vllmctl(
         "apply", str(gate.inventory), "--json", "--playbook", "drivers", "--limit", host.name
     )

@@ -170,13 +170,13 @@ def test_fabric_follows_gpus_json_on_hgx_and_is_na_without_nvswitches(
 
 
 def test_the_lab_fabric_manager_completes_the_fabric_only_on_its_exact_driver_version(tmp_path: Path) -> None:
-    from vllmctl.lab import fabricmanager
+    from vllmctl.lab import gpu_daemons
 
     doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
     path = tmp_path / "gpus.json"
     path.write_text(json.dumps(doc))
     env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
-    script = [sys.executable, str(Path(fabricmanager.__file__))]
+    script = [sys.executable, str(Path(gpu_daemons.__file__)), "fabricmanager"]
     refused = subprocess.run([*script, "580.82.07"], capture_output=True, text=True, env=env, check=False)
     assert refused.returncode == 1
     assert "interface version 580.82.07 don't match with driver version 580.95.05" in refused.stdout
@@ -190,6 +190,37 @@ def test_the_lab_fabric_manager_completes_the_fabric_only_on_its_exact_driver_ve
         running.wait(timeout=10)
     subprocess.run([*script, "--stopped"], env=env, check=True)
     assert json.loads(path.read_text())["fabric"]["state"] == "Not Started"
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"),
+    [(["--user", "nvidia-persistenced", "--no-persistence-mode", "--verbose"], "Disabled"),
+     (["--user", "nvidia-persistenced", "--verbose"], "Enabled")],
+)  # fmt: skip
+def test_the_lab_persistenced_sets_persistence_mode_as_its_flags_say(
+    tmp_path: Path, flags: list[str], mode: str
+) -> None:
+    """Ubuntu's unit passes --no-persistence-mode: the daemon runs, persistence mode stays Disabled."""
+    from vllmctl.facts.gpu_health import parse_smi_query
+    from vllmctl.lab import gpu_daemons
+
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+    script = [sys.executable, str(Path(gpu_daemons.__file__)), "persistenced"]
+    running = subprocess.Popen([*script, *flags], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert running.stdout is not None and f"persistence mode {mode}" in running.stdout.readline()
+        gpus = parse_smi_query(smi(json.loads(path.read_text()), tmp_path, "-q").stdout.splitlines(), 0)[
+            "gpus"
+        ]
+        assert {g["persistence_mode"] for g in gpus} == {mode} and len(gpus) == 8
+    finally:
+        running.terminate()
+        running.wait(timeout=10)
+    subprocess.run([*script, "--stopped"], env=env, check=True)
+    assert {g["persistence_mode"] for g in json.loads(path.read_text())["gpus"]} == {"Disabled"}
 
 
 def test_compute_apps_lists_the_live_processes_a_test_registered(

@@ -1,5 +1,6 @@
 """The driver-stack operations beyond their recorded cases: Debian with Secure Boot refused with the fix, the
-signed-modules package name per flavour, and the DCGM diag script run against a stand-in `dcgmi`."""
+signed-modules package name per flavour, the DCGM diag script run against a stand-in `dcgmi`, and the
+persistence drop-in's command line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from vllmctl.ops import OPERATIONS, OpError
 from vllmctl.ops.dcgm import DIAG
 from vllmctl.ops.kernel_modules import signed_modules_package
+from vllmctl.ops.persistence import dropin
 
 DEBIAN = {"id": "debian", "version_id": "12"}
 NO_DRIVER = {"status": "no-driver", "gpus": []}
@@ -81,3 +83,14 @@ def test_a_fail_in_the_table_fails_even_when_dcgmi_exits_zero(tmp_path: Path) ->
 def test_only_the_tail_of_a_long_diag_is_kept(tmp_path: Path) -> None:
     done = _diag(tmp_path, "\n".join(f"line {n}" for n in range(100)) + "\n| Fail |", 1)
     assert "line 0\n" not in done.stderr and "| Fail |" in done.stderr
+
+
+def test_the_persistence_dropin_drops_only_the_flag_and_keeps_a_percent_literal() -> None:
+    packaged = "/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose 5%"
+    lines = dropin(packaged).splitlines()
+    # the empty ExecStart= first: systemd appends to a list otherwise, and a simple service takes one command
+    assert lines[1:] == [
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose 5%%",
+    ]
