@@ -9,6 +9,7 @@ LOG_DIR = "/var/log/vllmctl"
 OPT_DIR = "/opt/vllmctl"
 
 STATE_DIR = f"{LIB_DIR}/state"  # .applied/.healthy records (0700: they digest env files)
+DCGM_DIAG_PASSED = f"{STATE_DIR}/dcgm-diag.passed"  # the boot id of the last passed DCGM diag
 RELEASES_DIR = f"{LIB_DIR}/releases"  # one directory per release, `current` and `known-good` symlinks
 GROUPS_DIR = f"{LIB_DIR}/groups"  # multi-node group releases, one directory per group
 HOME_DIR = f"{LIB_DIR}/home"  # the service user's home

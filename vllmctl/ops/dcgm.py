@@ -1,9 +1,22 @@
-"""DCGM, pure: `dcgmi diag -r 1` before engines start where `driver.dcgm_diag` asks (a failed diag fails the
-host with its output tail), and NVIDIA's packaged DCGM Exporter where `driver.dcgm_exporter` asks."""
+"""DCGM, pure: `dcgmi diag -r 1` before engines start where `driver.dcgm_diag` asks, once per boot (a failed
+diag fails the host with its output tail; a passed one records the boot id, so a converged host plans
+nothing), and NVIDIA's packaged DCGM Exporter where `driver.dcgm_exporter` asks."""
 
 from __future__ import annotations
 
-from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
+from vllmctl.ops.base import (
+    Args,
+    Command,
+    FactRequests,
+    Facts,
+    Operation,
+    OpError,
+    Step,
+    noop,
+    run,
+    sha256_text,
+)
+from vllmctl.paths import DCGM_DIAG_PASSED
 
 # NVIDIA's "Install DCGM Exporter": a package-managed systemd service; datacenter-gpu-manager-exporter (CUDA
 # repository) pulls in DCGM (datacenter-gpu-manager-4-core, with dcgmi) and ships nvidia-dcgm-exporter.service
@@ -22,12 +35,24 @@ DIAG = (
     'if [ "$rc" -ne 0 ] || printf "%s\\n" "$out" | grep -qw Fail; then '
     '{ printf "dcgmi diag -r 1 failed (exit %s):\\n" "$rc"; '
     f'printf "%s\\n" "$out" | tail -n {DIAG_TAIL_LINES}; }} >&2; exit 1; fi; '
-    'printf "%s\\n" "$out" | tail -n 5'
+    'printf "%s\\n" "$out" | tail -n 5; '
+    f"cat /proc/sys/kernel/random/boot_id > {DCGM_DIAG_PASSED}"
 )
 
 
 def _diag_facts(args: Args) -> FactRequests:
-    return {"gpu_health": (), "services": (HOSTENGINE,)}
+    return {
+        "gpu_health": (),
+        "services": (HOSTENGINE,),
+        "driver_packages": (),  # the boot id
+        "paths": (DCGM_DIAG_PASSED,),
+    }
+
+
+def _passed_this_boot(facts: Facts) -> str:
+    boot_id = str((facts.get("driver_packages") or {}).get("boot_id") or "")
+    record = (facts.get("paths") or {}).get(DCGM_DIAG_PASSED, {})
+    return boot_id if boot_id and record.get("sha256") == sha256_text(boot_id + "\n") else ""
 
 
 def _plan_diag(args: Args, facts: Facts) -> Step:
@@ -37,6 +62,9 @@ def _plan_diag(args: Args, facts: Facts) -> Step:
         return noop("dcgm_diag", "gpus", "no engine on this host")
     if not (facts.get("gpu_health") or {}).get("dcgm", False):
         return noop("dcgm_diag", "gpus", "dcgmi is not installed (DCGM; driver.dcgm_exporter installs it)")
+    boot_id = _passed_this_boot(facts)
+    if boot_id:
+        return noop("dcgm_diag", "gpus", f"passed since this boot ({boot_id[:8]})")
     engine = dict((facts.get("services") or {}).get(HOSTENGINE, {}))
     start = engine.get("load_state") == "loaded" and engine.get("active_state") != "active"
     return Step(

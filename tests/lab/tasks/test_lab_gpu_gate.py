@@ -218,3 +218,38 @@ def test_facts_show_the_hardware_keys_and_p2p_is_judged_on_the_gpus_a_replica_sp
     finally:  # the host serves as before for whatever runs after
         gate.sh(good, 'sudo python3 -c "' + edit.format("d.pop('p2p', None)") + '"')
     assert "p2p" not in gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
+
+
+def test_dcgm_exporter_runs_and_the_quick_diag_passes_once_per_boot_before_the_engine(gate: Gate) -> None:
+    """driver.dcgm_exporter and dcgm_diag on the healthy host, from the lab repository's stand-ins: the
+    exporter package installed and its service running, `dcgmi diag -r 1` run in the gpu phase and its pass
+    recorded with the boot id, so the next apply plans nothing; `export prometheus` lists the exporter."""
+    good = gate.fleet.hosts[2]
+    doc = yaml.safe_load(gate.inventory.read_text())
+    doc["hosts"][good.name]["driver"] = {"branch": "580", "dcgm_exporter": True, "dcgm_diag": True}
+    inventory = gate.inventory.with_name("dcgm.yml")
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    applied = gate.vllmctl("apply", str(inventory), "--json", "--limit", good.name, "--health-timeout", "300")
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+    steps = {s["op"]: s for s in json.loads(applied.stdout)["hosts"][good.name]["steps"]}
+    exporter, diag = steps["dcgm_exporter"], steps["dcgm_diag"]
+    assert exporter["status"] == "changed" and any(
+        "apt-get install -y -q datacenter-gpu-manager-exporter" in c for c in exporter["commands"]
+    ), exporter
+    assert diag["status"] == "changed" and "dcgmi diag -r 1" in diag["commands"][-1], diag
+    assert gate.sh(good, "systemctl is-active nvidia-dcgm-exporter.service").strip() == "active"
+    boot_id = gate.sh(good, "cat /proc/sys/kernel/random/boot_id")
+    assert gate.sh(good, "sudo cat /var/lib/vllmctl/state/dcgm-diag.passed") == boot_id
+    checked = gate.vllmctl("apply", str(inventory), "--check", "--json", "--limit", good.name)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    again = {s["op"]: s for s in json.loads(checked.stdout)["hosts"][good.name]["steps"]}
+    assert again["dcgm_diag"]["noop"] == f"passed since this boot ({boot_id[:8]})", again["dcgm_diag"]
+    assert json.loads(checked.stdout)["hosts"][good.name]["recap"]["changed"] == 0
+    exported = json.loads(gate.vllmctl("export", "prometheus", str(inventory)).stdout)
+    dcgm = [g for g in exported if g["labels"].get("component") == "dcgm-exporter"]
+    assert dcgm == [
+        {
+            "targets": [f"{good.address}:9400"],
+            "labels": {"job": "vllmctl", "host": good.name, "component": "dcgm-exporter"},
+        }
+    ]

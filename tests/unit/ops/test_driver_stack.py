@@ -13,6 +13,7 @@ from vllmctl.ops import OPERATIONS, OpError
 from vllmctl.ops.dcgm import DIAG
 from vllmctl.ops.kernel_modules import signed_modules_package
 from vllmctl.ops.persistence import dropin
+from vllmctl.paths import DCGM_DIAG_PASSED
 
 DEBIAN = {"id": "debian", "version_id": "12"}
 NO_DRIVER = {"status": "no-driver", "gpus": []}
@@ -60,17 +61,20 @@ def _diag(tmp_path: Path, output: str, code: int) -> subprocess.CompletedProcess
     fake.write_text(f"#!/bin/sh\ncat <<'OUT'\n{output}\nOUT\nexit {code}\n")
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    return subprocess.run(["sh", "-c", DIAG], capture_output=True, text=True, env=env, check=False)
+    script = DIAG.replace(DCGM_DIAG_PASSED, str(tmp_path / "passed"))  # the host's record, here
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False)
 
 
 def test_a_passing_diag_succeeds(tmp_path: Path) -> None:
     done = _diag(tmp_path, "| Deployment | Pass |\n| PCIe       | Pass |", 0)
     assert done.returncode == 0 and "Pass" in done.stdout and not done.stderr
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text()
+    assert (tmp_path / "passed").read_text() == boot_id  # what the next plan compares with this boot's id
 
 
 def test_a_failing_diag_fails_with_its_output_tail(tmp_path: Path) -> None:
     done = _diag(tmp_path, "| Deployment | Pass |\n| PCIe       | Fail |\n| GPU 3: link width x8", 226)
-    assert done.returncode == 1
+    assert done.returncode == 1 and not (tmp_path / "passed").exists()
     assert done.stderr.startswith("dcgmi diag -r 1 failed (exit 226):")
     assert "GPU 3: link width x8" in done.stderr
 
@@ -78,6 +82,7 @@ def test_a_failing_diag_fails_with_its_output_tail(tmp_path: Path) -> None:
 def test_a_fail_in_the_table_fails_even_when_dcgmi_exits_zero(tmp_path: Path) -> None:
     done = _diag(tmp_path, "| Memory | Fail |", 0)
     assert done.returncode == 1 and "| Memory | Fail |" in done.stderr
+    assert not (tmp_path / "passed").exists()
 
 
 def test_only_the_tail_of_a_long_diag_is_kept(tmp_path: Path) -> None:
