@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from vllmctl.lab import fake_nvidia_smi
+from vllmctl.lab import fake_lspci, fake_nvidia_smi
 from vllmctl.lab.base import OPS_USER
 from vllmctl.lab.layout import FleetLayout, LabHost
 from vllmctl.lab.sh import run, try_run
@@ -90,6 +90,7 @@ def personalise(
         os.chown(path, OPS_UID, OPS_UID)
     _write(root / "etc/vllmctl-lab/gpus.json", json.dumps(gpus, indent=2) + "\n")
     _write(root / "usr/bin/nvidia-smi", Path(fake_nvidia_smi.__file__).read_text(), 0o755)
+    _write(root / "usr/bin/lspci", Path(fake_lspci.__file__).read_text(), 0o755)
     # /dev is a fresh tmpfs at every boot: a boot unit makes the HGX profile's NVSwitch device files
     _write(root / f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT)
     wants = root / "etc/systemd/system/multi-user.target.wants"

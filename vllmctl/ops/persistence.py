@@ -19,6 +19,7 @@ from vllmctl.ops.base import (
     noop,
     run,
 )
+from vllmctl.render.quoting import unit_exec
 
 PERSISTENCED = "nvidia-persistenced.service"
 DROPIN_DIR = f"/etc/systemd/system/{PERSISTENCED}.d"
@@ -32,11 +33,11 @@ def _facts(args: Args) -> FactRequests:
 
 def dropin(exec_start: str) -> str:
     """The packaged command line without `--no-persistence-mode` (NVIDIA's own Ansible role overrides
-    ExecStart the same way); `%` doubled, since systemd reads it as a specifier."""
-    kept = " ".join(word for word in exec_start.split() if word != NO_PERSISTENCE)
+    ExecStart the same way), each word quoted for ExecStart (`systemctl show` prints specifiers resolved)."""
+    kept = unit_exec(word for word in exec_start.split() if word != NO_PERSISTENCE)
     return (
         f"# written by vllmctl: the packaged unit passes {NO_PERSISTENCE}: persistence mode stays off\n"
-        f"[Service]\nExecStart=\nExecStart={kept.replace('%', '%%')}\n"
+        f"[Service]\nExecStart=\nExecStart={kept}\n"
     )
 
 
@@ -53,6 +54,14 @@ def _plan(args: Args, facts: Facts) -> Step:
     actions: list[Action] = []
     change = None
     exec_start = str(unit.get("exec_start", ""))
+    if NO_PERSISTENCE in exec_start.split() and "$" in exec_start:
+        # `$VAR` is expanded when the daemon starts: written back verbatim it would be a literal word
+        return noop(
+            "persistence",
+            PERSISTENCED,
+            f"its ExecStart passes {NO_PERSISTENCE} and expands variables: not rewritten (drop the flag "
+            "in a drop-in of your own; the gate checks persistence mode)",
+        )
     if NO_PERSISTENCE in exec_start.split():
         content = dropin(exec_start)
         current = (facts.get("paths") or {}).get(DROPIN, {"type": "absent"})

@@ -24,6 +24,7 @@ import yaml
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+from vllmctl.ops.gpu_health import verdict
 
 pytestmark = pytest.mark.lab
 
@@ -204,19 +205,27 @@ def test_facts_show_the_hardware_keys_and_p2p_is_judged_on_the_gpus_a_replica_sp
     assert health["secure_boot"] in (None, False) and health["kernel_release"]
     assert health["nvlink5"] is False and health["acs_bridges"] == [] and health["dcgm"] is False
     edit = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); {}; json.dump(d, open(p, 'w'))"
-    gate.sh(good, 'sudo python3 -c "' + edit.format("d['p2p']={'0,1': 'CNS'}") + '"')
+    # a CNS pair behind a PCIe switch whose ACS is on, as the lab's lspci shows it (lab/fake_lspci.py)
+    broken = "d['p2p']={'0,1': 'CNS'}; d['pci_bridges']=[{'address': '42:08.0', 'acs': True}]"
+    gate.sh(good, 'sudo python3 -c "' + edit.format(broken) + '"')
     try:
+        shown = gate.vllmctl("facts", str(gate.inventory), "--json", "--limit", good.name)
+        health = json.loads(shown.stdout)[good.name]["facts"]["gpu_health"]
+        assert health["acs_bridges"] == ["42:08.0"]
+        assert "ACS on at PCI bridges 42:08.0" in verdict(health)  # the evidence the refusal names
         table = gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
         # `facts` knows no model: every pair is judged
         assert "refused: p2p: GPU 0 -> GPU 1 P2P read CNS" in table, table
         status = gate.vllmctl(
             "status", str(gate.inventory), "--json", "--limit", good.name, "--interval", "0.2"
         )
-        verdict = json.loads(status.stdout)["gpu_gate"][good.name]
+        gated = json.loads(status.stdout)["gpu_gate"][good.name]
         # the tiny model runs on one GPU (tensor_parallel_size 1): no pair of it to judge, the gate passes
-        assert verdict["status"] == "passed" and verdict["reason"].startswith("healthy: 8 GPUs"), verdict
+        assert gated["status"] == "passed" and gated["reason"].startswith("healthy: 8 GPUs"), gated
     finally:  # the host serves as before for whatever runs after
-        gate.sh(good, 'sudo python3 -c "' + edit.format("d.pop('p2p', None)") + '"')
+        gate.sh(
+            good, 'sudo python3 -c "' + edit.format("d.pop('p2p', None); d.pop('pci_bridges', None)") + '"'
+        )
     assert "p2p" not in gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
 
 

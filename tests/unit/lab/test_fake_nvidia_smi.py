@@ -245,3 +245,30 @@ def test_compute_apps_lists_the_live_processes_a_test_registered(
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "is not a valid field" in bad.stdout
+
+
+def test_the_lab_lspci_shows_acs_on_the_bridges_gpus_json_names_as_the_facts_parser_reads_it(
+    tmp_path: Path,
+) -> None:
+    import re
+
+    from vllmctl.facts.gpu_hardware import parse_acs_bridges
+    from vllmctl.lab import fake_lspci
+
+    doc = gpus_document("lab-1", parse_gpu_spec("2xL40S")[0], DRIVER_RELEASES["580"])
+    doc["pci_bridges"] = [{"address": "42:08.0", "acs": True}, {"address": "41:00.0", "acs": False}]
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+    shown = subprocess.run(
+        [sys.executable, fake_lspci.__file__, "-vvv"], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    # what the gpu_health fact keeps of it: `grep -E '^[0-9a-fA-F]|ACSCtl:'`
+    kept = [line for line in shown.splitlines() if re.match(r"[0-9a-fA-F]", line) or "ACSCtl:" in line]
+    assert parse_acs_bridges(kept) == ["42:08.0"]
+    assert sum("3D controller: NVIDIA Corporation" in line for line in kept) == 2
+    path.write_text(json.dumps({**doc, "pci_bridges": []}))
+    plain = subprocess.run(
+        [sys.executable, fake_lspci.__file__, "-vvv"], capture_output=True, text=True, env=env
+    )
+    assert parse_acs_bridges(plain.stdout.splitlines()) == []

@@ -90,12 +90,21 @@ def test_only_the_tail_of_a_long_diag_is_kept(tmp_path: Path) -> None:
     assert "line 0\n" not in done.stderr and "| Fail |" in done.stderr
 
 
-def test_the_persistence_dropin_drops_only_the_flag_and_keeps_a_percent_literal() -> None:
+def test_the_persistence_dropin_drops_only_the_flag_and_quotes_each_word_for_execstart() -> None:
     packaged = "/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose 5%"
     lines = dropin(packaged).splitlines()
     # the empty ExecStart= first: systemd appends to a list otherwise, and a simple service takes one command
     assert lines[1:] == [
         "[Service]",
         "ExecStart=",
-        "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose 5%%",
+        'ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose "5%%"',
     ]
+
+
+def test_a_packaged_command_line_expanding_variables_is_not_rewritten() -> None:
+    """`$OPTIONS` is expanded at start: a drop-in repeating it would pass the literal word."""
+    unit = {"load_state": "loaded", "active_state": "active", "unit_file_state": "enabled"}
+    unit["exec_start"] = "/usr/bin/nvidia-persistenced --no-persistence-mode $OPTIONS"
+    facts = {"services": {"nvidia-persistenced.service": unit}, "paths": {}}
+    step = OPERATIONS["persistence"]({"branch": "580"}, facts)
+    assert not step.actions and step.noop is not None and "expands variables: not rewritten" in step.noop

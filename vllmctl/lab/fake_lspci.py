@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""A stand-in `lspci` for lab hosts: `lspci -vvv`'s device lines and their `ACSCtl:` capability line, from
+/etc/vllmctl-lab/gpus.json (a container sees no PCI devices of its own; the lab image has no pciutils).
+
+Each GPU is a `3D controller` line at its bus id; each entry of `pci_bridges` ({"address", "acs"}) is a PCI
+bridge whose ACSCtl reads `SrcValid+ ... ReqRedir+` (ACS on, P2P redirected through the root complex) or all
+`-`. The lines follow real `lspci -vvv` output of a PLX PEX 8747 switch. Copied as /usr/bin/lspci; standard
+library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+GPUS_JSON = os.environ.get("VLLMCTL_LAB_GPUS", "/etc/vllmctl-lab/gpus.json")
+BRIDGE = (
+    "PCI bridge: PLX Technology, Inc. PEX 8747 48-Lane, 5-Port PCI Express Gen 3 (8.0 GT/s) Switch (rev ca)"
+)
+ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+
+
+def devices(doc: dict[str, Any], verbose: bool) -> list[str]:
+    shown: list[tuple[str, list[str]]] = []
+    for bridge in doc.get("pci_bridges") or []:
+        details = [f"\t\tACSCtl:\t{ACS_ON if bridge.get('acs') else ACS_OFF}"] if verbose else []
+        shown.append((str(bridge["address"]), [f"{bridge['address']} {BRIDGE}", *details]))
+    for gpu in doc.get("gpus") or []:
+        address = str(gpu.get("pci_bus_id", "")).lower().removeprefix("00000000:")
+        shown.append((address, [f"{address} 3D controller: NVIDIA Corporation {gpu.get('name', 'GPU')}"]))
+    return [line for _, lines in sorted(shown) for line in lines]
+
+
+def main(args: list[str]) -> int:
+    try:
+        with open(GPUS_JSON) as handle:
+            doc: dict[str, Any] = json.load(handle)
+    except FileNotFoundError:
+        doc = {}
+    verbose = any(arg.startswith("-v") for arg in args)
+    for line in devices(doc, verbose):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
