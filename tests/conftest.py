@@ -55,6 +55,12 @@ def lab_unavailable_reason() -> str | None:
 LAB_TESTS = Path(__file__).parent / "lab"
 
 
+# pytest-xdist starts each worker with COLUMNS=80 and LINES=24: piped output (the console's 200 columns when
+# COLUMNS is unset) would be squeezed there and not in a single-process run
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 # `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every module using the one real
 # `deployment` runs on one worker, every other lab module on the other, so neither fleet nor deployment is
 # built twice and the two share the 2 cores (an engine start keeps one core busy, the other mostly idle);

@@ -75,6 +75,16 @@ def key_files(gateway: GatewaySpec, api_keys: Mapping[str, str]) -> dict[str, st
     return {keys_path(model): f"Bearer {api_keys[model]}\n" for model in gateway.ports if model in api_keys}
 
 
+# HAProxy times a check out after `inter` unless told otherwise: vLLM answers /health on the event loop that
+# serves completions, and a replica busy with a burst (or a CPU-starved host) may answer a 1 s interval's
+# check late, be marked DOWN and shed its load onto the others. A check gets at least CHECK_TIMEOUT_MIN_S.
+CHECK_TIMEOUT_MIN_S = 5.0
+
+
+def check_timeout_ms(check_interval_s: float) -> int:
+    return round(max(CHECK_TIMEOUT_MIN_S, 2 * check_interval_s) * 1000)
+
+
 def render_config(inventory: Inventory, ports: ReplicaPorts) -> str:
     gateway = inventory.gateway
     assert gateway is not None
@@ -98,6 +108,7 @@ def render_config(inventory: Inventory, ports: ReplicaPorts) -> str:
         "admin_socket": HAPROXY_ADMIN_SOCKET,
         "state_file": HAPROXY_STATE_FILE,
         "check_interval_ms": round(gateway.check_interval_s * 1000),
+        "check_timeout_ms": check_timeout_ms(gateway.check_interval_s),
         "tls_pem": TLS_PEM if gateway.tls else "",
         "metrics_port": gateway.metrics_port or 0,
         "hash_balance_factor": gateway.hash_balance_factor,

@@ -47,6 +47,9 @@ def test_every_replica_of_the_model_across_the_fleet_is_a_server() -> None:
     assert "    bind 0.0.0.0:9100\n" in text
     assert "    balance leastconn\n    option httpchk GET /health\n" in text
     assert "default-server check inter 500 fall 2 rise 2" in text
+    # a late /health (a busy or CPU-starved replica) is not a failed check: 5 s at least, not `inter`
+    assert "    timeout check 5000\n" in text
+    assert "    timeout check 16000\n" in render_config(_inventory(check_interval_s=8), two_on_b)
     assert "    server b-8001 10.0.0.2:8001\n" in text
     assert "stats socket /run/haproxy/admin.sock mode 600 level admin expose-fd listeners" in text
     assert "prometheus" not in text and "acl authorized" not in text and " ssl " not in text
