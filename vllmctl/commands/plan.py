@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     facts, resources, releases = None, None, {}
     if args.gather_facts:
         contexts = host_contexts(inv, [h for h in inv.hosts if h in selected], {}, stage_models=False)
-        wanted = ("gpus", "resources", "engine_venvs", "os_release")
+        wanted = ("gpus", "gpu_processes", "resources", "engine_venvs", "os_release")
         gathered = gather_fleet_facts(contexts, wanted, args.timeout, forks=options.DEFAULT_FORKS)
         facts, resources = gpu_facts_from(gathered, ui), host_resources_from(gathered)
         releases = {h: r["facts"].get("os_release") for h, r in gathered.items() if "facts" in r}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllmctl.facts.base import Fact
-from vllmctl.facts.gpu import GPU_TOPOLOGY, GPUS
+from vllmctl.facts.gpu import GPU_PROCESSES, GPU_TOPOLOGY, GPUS
 from vllmctl.facts.gpu_health import GPU_HEALTH
 from vllmctl.facts.lock import LOCK
 from vllmctl.facts.provision import PROVISION_FACTS
@@ -24,6 +24,7 @@ FACTS: dict[str, Fact] = {
     fact.name: fact
     for fact in (
         GPUS,
+        GPU_PROCESSES,
         GPU_TOPOLOGY,
         GPU_HEALTH,
         OS_RELEASE,

@@ -198,7 +198,9 @@ def gathered_gpus(
     if not undeclared:
         return {}, {}
     contexts = host_contexts(inventory, undeclared, {}, stage_models=False)
-    gathered = gather_fleet_facts(contexts, ("gpus", "resources", "engine_venvs"), 30.0, DEFAULT_FORKS)
+    gathered = gather_fleet_facts(
+        contexts, ("gpus", "gpu_processes", "resources", "engine_venvs"), 30.0, DEFAULT_FORKS
+    )
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
 

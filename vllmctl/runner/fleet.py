@@ -13,6 +13,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.console import Ui
 from vllmctl.errors import InputError, VllmctlError
+from vllmctl.facts.gpu import foreign_gpu_mib
 from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.multinode.plan import with_planned_clusters
 from vllmctl.planner.inventory_plan import GpuFacts, InventoryPlan, deployment_request, plan_inventory
@@ -196,14 +197,15 @@ def gpu_facts_from(gathered: Mapping[str, Mapping[str, Any]], ui: Ui) -> dict[st
 
 
 def host_resources_from(gathered: Mapping[str, Mapping[str, Any]]) -> dict[str, HostResources]:
-    """Host memory, the GPU memory other processes hold and the engine venvs with triton_kernels (the MXFP4
-    MoE backend), per host whose facts came back."""
+    """Host memory, the GPU memory other processes hold (the most on any GPU; what vllmctl's own units hold
+    is not counted, #36) and the engine venvs with triton_kernels (the MXFP4 MoE backend), per host whose
+    facts came back."""
     found: dict[str, HostResources] = {}
     for host, result in gathered.items():
         facts = result.get("facts", {})
         memory = (facts.get("resources") or {}).get("memory_mib")
         gpus = (facts.get("gpus") or {}).get("gpus") or []
-        used = [g["memory_used_mib"] for g in gpus if isinstance(g.get("memory_used_mib"), int)]
+        used = foreign_gpu_mib(gpus, facts.get("gpu_processes"))
         venvs = (facts.get("engine_venvs") or {}).items()
         triton = sorted(
             str(v["version"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,3 +288,54 @@ def test_a_profiles_step_budget_on_v0_still_holds_a_whole_prompt(profile: str) -
     assert reason is not None and "whole prompt per step" in reason.reason
     chunked = replace(request, engine_args={"enable_chunked_prefill": True})
     assert plan_deployment(arch, a100, 1, chunked).engine_args["max_num_batched_tokens"] < 20000
+
+
+def _serving_host_facts(foreign_mib: int) -> dict[str, Any]:
+    """An H100 host whose GPU 0 runs vllmctl's own engine (72,000 MiB) and, on GPU 1, `foreign_mib` of
+    another process, as the gpus and gpu_processes facts read them."""
+    case = Path(__file__).parents[1] / "facts/gpu_processes/our_engine_and_a_foreign_process.json"
+    held = json.loads(case.read_text())["fact"]
+    held["processes"][1]["mib"] = foreign_mib
+    gpus = [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "memory_used_mib": 72500},
+        {
+            "index": 1,
+            "name": "NVIDIA H100 80GB HBM3",
+            "memory_total_mib": 81559,
+            "memory_used_mib": foreign_mib,
+        },
+    ]
+    facts = {
+        "gpus": {"status": "ok", "gpus": gpus},
+        "gpu_processes": held,
+        "resources": {"memory_mib": 1 << 20},
+    }
+    return {"gpu-01": {"facts": facts}}
+
+
+def test_the_memory_vllmctls_own_engine_holds_is_not_other_processes_memory() -> None:
+    """#36: a host serving its engine replans as an idle one would; another process's memory counts."""
+    assert host_resources_from(_serving_host_facts(0))["gpu-01"].gpu_used_gib == pytest.approx(500 / 1024)
+    held = host_resources_from(_serving_host_facts(8500))["gpu-01"]
+    assert held.gpu_used_gib == pytest.approx(8500 / 1024)
+    facts = _serving_host_facts(0)
+    del facts["gpu-01"]["facts"]["gpu_processes"]  # no process list (an old driver): all of it counts
+    assert host_resources_from(facts)["gpu-01"].gpu_used_gib == pytest.approx(72500 / 1024)
+
+
+def test_a_foreign_process_holding_most_of_a_gpu_refuses_a_plan_that_fit() -> None:
+    inv = Inventory(
+        path="fleet.yml",
+        hosts={"gpu-01": _host("gpu-01", None)},
+        groups={},
+        models={"m": ModelDeployment("m", "meta-llama/Llama-3.1-8B-Instruct", ("gpu-01",))},
+    )
+    facts = {"gpu-01": ("NVIDIA H100 80GB HBM3", 2, 81559)}
+    ours = plan_inventory(inv, facts, resources=host_resources_from(_serving_host_facts(0)))
+    assert ours.ok, [e.error for e in ours.failures()]
+    squeezed = plan_inventory(inv, facts, resources=host_resources_from(_serving_host_facts(70000)))
+    assert not squeezed.ok
+    (failed,) = squeezed.failures()
+    # vLLM's own start check (free-memory-at-start), with the 70,000 MiB the other process holds
+    assert failed.error is not None and "Free memory on device (9.58/79.19 GiB)" in failed.error, failed.error
+    assert "reduce GPU memory used by other processes" in failed.error
