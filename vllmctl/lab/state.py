@@ -16,6 +16,8 @@ from pathlib import Path
 from vllmctl.errors import VllmctlError
 
 FLEETS_ROOT = Path(os.environ.get("VLLMCTL_LAB_STATE", "/var/lib/vllmctl/lab"))
+# beside the fleets' folder (one file system: a rename), outside it (no state.json under it is a fleet)
+TRASH_DIR = FLEETS_ROOT.parent / f".{FLEETS_ROOT.name}-trash"
 LOCK_DIR = Path("/run/lock/vllmctl-lab") if Path("/run/lock").is_dir() else FLEETS_ROOT / ".locks"
 INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
 
