@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from fast_start import FAST_START, FAST_START_ENV
+from lab_venv import seed_engine_venv
 
 from vllmctl.lab.tinylora import ensure_tiny_adapter
 
@@ -70,6 +71,8 @@ def test_adapters_are_staged_served_and_a_third_is_a_gated_release(deployment: A
         adapters[name] = root / name
         shutil.copytree(ensure_tiny_adapter(name), adapters[name])
     unit = f"vllmctl-{MODEL}-0.service"
+    # the venv the deployment's install built, copied: the subject here is adapters, not the install
+    seed_engine_venv(deployment.fleet, deployment.engine_hosts[0], host)
     try:
         two = _inventory(deployment, host, {k: adapters[k] for k in ("alpha", "beta")})
         code, doc, output = deployment.apply(two, "--limit", host.name)
