@@ -12,6 +12,7 @@ import pytest
 from vllmctl.lab import debrepo
 from vllmctl.lab.gpus import DRIVER_RELEASES
 from vllmctl.ops.dcgm import DIAG
+from vllmctl.paths import DCGM_DIAG_PASSED
 
 
 def run_script(
@@ -76,5 +77,7 @@ def test_the_lab_dcgmi_passes_the_diag_the_op_runs(tmp_path: Path) -> None:
     (tmp_path / "dcgmi").write_text(debrepo.DCGMI)
     (tmp_path / "dcgmi").chmod(0o755)
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    done = subprocess.run(["sh", "-c", DIAG], capture_output=True, text=True, env=env, check=False)
+    script = DIAG.replace(DCGM_DIAG_PASSED, str(tmp_path / "passed"))  # the host's record, here
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0 and "Deployment | Pass" in done.stdout
+    assert (tmp_path / "passed").is_file()
