@@ -20,6 +20,7 @@ from vllmctl.tasks.desired import ModelPlan, Replica
 
 UP_WAIT_MIN_S = 30.0  # a replica set ready needs `rise` good checks before HAProxy sends it requests
 POLL_S = 0.5
+READY_AGAIN_S = 5.0  # how long `ready` waits for UP before saying `set state ready` again
 
 
 @dataclass
@@ -125,10 +126,18 @@ class GatewayControl:
             return True
         event: dict[str, Any] = {"host": host, "servers": refs}
         try:
-            for gw in self.gateway.hosts:
-                self._run(gw, set_state(refs, "ready"))
             limit = max(UP_WAIT_MIN_S, 10 * self.gateway.check_interval_s)
-            event.update({"event": "ready", **self._wait(refs, lambda s: s.status.startswith("UP"), limit)})
+            started = self.clock()
+            while True:
+                # said again each round: a gateway whose config this run changed reloads, and the new
+                # HAProxy takes the server's saved state (drain, from before its host's restart) with it
+                for gw in self.gateway.hosts:
+                    self._run(gw, set_state(refs, "ready"))
+                left = limit - (self.clock() - started)
+                waited = self._wait(refs, lambda s: s.status.startswith("UP"), min(left, READY_AGAIN_S))
+                if not waited["pending"] or self.clock() - started >= limit:
+                    break
+            event.update({"event": "ready", **waited, "waited_s": round(self.clock() - started, 2)})
             return not event["pending"]
         except VllmctlError as exc:
             event.update({"event": "ready failed", "error": exc.message})

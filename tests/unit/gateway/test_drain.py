@@ -82,6 +82,27 @@ def test_drain_waits_for_the_sessions_to_finish_then_ready_waits_for_up() -> Non
     assert gateway.closed
 
 
+def test_ready_is_said_again_when_a_reloaded_gateway_brought_the_drain_back() -> None:
+    """The gateway host's own config change reloaded HAProxy while this host was out: the new process loaded
+    the server as drained (its saved state) and ignored the first `ready`; the next round's `ready` lands."""
+
+    class ReloadedGateway(FakeGateway):
+        def execute(self, action: Any, timeout: float) -> Result:
+            readies = sum("state ready" in c for c in self.sent)
+            if "show stat" in action.render():
+                status = "UP" if readies >= 2 else "DRAIN"  # the reload swallowed the first
+                self.sent.append(action.render())
+                return Result(stat_text(f"tiny,a-8000,0,0,0,2,,5,{status},2,L7OK"), "", 0)
+            return super().execute(action, timeout)
+
+    gateway = ReloadedGateway([])
+    guard = control(gateway)
+    assert guard.ready("a")
+    readies = [c for c in gateway.sent if "set server tiny/a-8000 state ready" in c]
+    assert len(readies) == 2
+    assert guard.events[0]["pending"] == {} and guard.events[0]["waited_s"] == 5.0
+
+
 def test_a_drain_that_does_not_finish_gives_up_at_its_bound_with_what_was_left() -> None:
     gateway = FakeGateway([stat_text("tiny,a-8000,0,0,3,3,,5,DRAIN,2,L7OK")])
     guard = control(gateway, drain_timeout_s=2.0)
