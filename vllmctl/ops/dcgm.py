@@ -41,12 +41,10 @@ DIAG = (
 
 
 def _diag_facts(args: Args) -> FactRequests:
-    return {
-        "gpu_health": (),
-        "services": (HOSTENGINE,),
-        "driver_packages": (),  # the boot id
-        "paths": (DCGM_DIAG_PASSED,),
-    }
+    requests: FactRequests = {"gpu_health": (), "services": (HOSTENGINE,)}
+    if args.get("diag"):  # the boot id (driver_packages runs dpkg-query and apt-mark) and the pass record
+        requests |= {"driver_packages": (), "paths": (DCGM_DIAG_PASSED,)}
+    return requests
 
 
 def _passed_this_boot(facts: Facts) -> str:

@@ -54,7 +54,8 @@ def _plan(args: Args, facts: Facts) -> Step:
     actions: list[Action] = []
     change = None
     exec_start = str(unit.get("exec_start", ""))
-    if NO_PERSISTENCE in exec_start.split() and "$" in exec_start:
+    flagged = NO_PERSISTENCE in exec_start.split()
+    if flagged and "$" in exec_start:
         # `$VAR` is expanded when the daemon starts: written back verbatim it would be a literal word
         return noop(
             "persistence",
@@ -62,7 +63,7 @@ def _plan(args: Args, facts: Facts) -> Step:
             f"its ExecStart passes {NO_PERSISTENCE} and expands variables: not rewritten (drop the flag "
             "in a drop-in of your own; the gate checks persistence mode)",
         )
-    if NO_PERSISTENCE in exec_start.split():
+    if flagged:
         content = dropin(exec_start)
         current = (facts.get("paths") or {}).get(DROPIN, {"type": "absent"})
         change = FileChange(DROPIN, content, exists=current.get("type") == "file")
