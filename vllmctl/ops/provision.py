@@ -15,6 +15,7 @@ from vllmctl.ops.nouveau import NOUVEAU_BLACKLIST
 from vllmctl.ops.nvlsm import NVLSM_OP
 from vllmctl.ops.persistence import PERSISTENCE
 from vllmctl.ops.service_start import SERVICE_HEALTH
+from vllmctl.ops.unattended import UNATTENDED_UPGRADES
 
 PROVISION_OPERATIONS: dict[str, Operation] = {
     op.name: op
@@ -22,6 +23,7 @@ PROVISION_OPERATIONS: dict[str, Operation] = {
         KERNEL_MODULES,
         NVIDIA_DRIVER,
         NOUVEAU_BLACKLIST,
+        UNATTENDED_UPGRADES,
         DRIVER_REBOOT,
         NVLSM_OP,
         FABRIC_MANAGER,

@@ -70,6 +70,10 @@ def _nouveau_blacklist(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("nouveau_blacklist", {"branch": pinned_branch(ctx)})]
 
 
+def _unattended_upgrades(ctx: HostContext, params: Params) -> list[OpCall]:
+    return [OpCall("unattended_upgrades", {"branch": pinned_branch(ctx)})]
+
+
 def _kernel_modules(ctx: HostContext, params: Params) -> list[OpCall]:
     return [OpCall("kernel_modules", _driver_args(ctx))]
 
@@ -208,6 +212,7 @@ PROVISION_TASKS = {
     "kernel_modules": _kernel_modules,
     "driver_install": _driver_install,
     "nouveau_blacklist": _nouveau_blacklist,
+    "unattended_upgrades": _unattended_upgrades,
     "driver_reboot": _driver_reboot,
     "nvlsm": _nvlsm,
     "fabric_manager": _fabric_manager,

@@ -180,6 +180,10 @@ def test_a_fresh_driver_install_holds_every_package_of_its_branch(gate: Gate) ->
     assert driver["status"] == "changed" and "xargs -r apt-mark hold" in driver["commands"][-1]
     held = gate.sh(host, "apt-mark showhold").split()
     assert "nvidia-driver-580" in held and "nvidia-fabricmanager-580" in held
+    # apt itself parses the unattended-upgrades blacklist (a broken apt.conf.d file would fail every apt run)
+    config = gate.sh(host, "apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert 'Unattended-Upgrade::Package-Blacklist:: "libnvidia-";' in config, config
+    assert 'Unattended-Upgrade::Package-Blacklist:: "nvidia-";' in config, config
     # the package's unit passes --no-persistence-mode, as Ubuntu's does: vllmctl's drop-in runs it without
     (persistence,) = [
         s for s in json.loads(applied.stdout)["hosts"][host.name]["steps"] if s["op"] == "persistence"

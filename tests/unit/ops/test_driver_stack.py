@@ -108,3 +108,47 @@ def test_a_packaged_command_line_expanding_variables_is_not_rewritten() -> None:
     facts = {"services": {"nvidia-persistenced.service": unit}, "paths": {}}
     step = OPERATIONS["persistence"]({"branch": "580"}, facts)
     assert not step.actions and step.noop is not None and "expands variables: not rewritten" in step.noop
+
+
+# Ubuntu 24.04's nvidia-driver-580-server-open and the packages it pulls, NVIDIA's FM, NVLSM
+UBUNTU_580_OPEN = (
+    "nvidia-driver-580-server-open",
+    "libnvidia-compute-580-server",
+    "libnvidia-gl-580-server",
+    "libnvidia-common-580-server",
+    "nvidia-kernel-common-580-server",
+    "nvidia-utils-580-server",
+    "nvidia-compute-utils-580-server",
+    "nvidia-firmware-580-server-580.95.05",
+    "xserver-xorg-video-nvidia-580-server",
+    "nvidia-fabricmanager-580",
+    "libnvidia-nscq-580",
+    "cuda-drivers-580",
+    "nvlsm",
+)
+NOT_THE_DRIVER = (
+    "linux-image-6.8.0-60-generic",
+    "linux-modules-nvidia-580-server-open-6.8.0-60-generic",
+    "cuda-toolkit-12-8",
+    "python3",
+    "nvtop",
+    "openssh-server",
+)
+
+
+def test_unattended_upgrades_skip_every_driver_versioned_package_and_nothing_else() -> None:
+    """unattended-upgrades reads each Package-Blacklist entry as a Python regex matched from the start of the
+    package name (its README; Ubuntu's 50unattended-upgrades: `"linux-";` matches all packages starting
+    with linux-): the entries cover the branch; the kernel and its signed modules move together."""
+    import re
+
+    from vllmctl.ops.unattended import BLACKLIST
+
+    entries = re.findall(r'^\s+"([^"]+)";$', BLACKLIST, flags=re.MULTILINE)
+    assert entries and BLACKLIST.startswith("//") and "Unattended-Upgrade::Package-Blacklist {" in BLACKLIST
+
+    def skipped(package: str) -> bool:
+        return any(re.match(entry, package) for entry in entries)
+
+    assert [p for p in UBUNTU_580_OPEN if not skipped(p)] == []
+    assert [p for p in NOT_THE_DRIVER if skipped(p)] == []

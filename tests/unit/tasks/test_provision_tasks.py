@@ -182,13 +182,15 @@ def test_nouveau_goes_with_the_driver_and_fabric_manager_and_persistence_follow_
         assert order.index("reboot") + 1 == order.index("fabric") and phases["fabric"].regather
         fabric = ["nvlsm", "fabric_manager", "persistence", "dcgm_exporter"]
         assert [t.task for t in phases["fabric"].tasks] == fabric
-        drivers = ["nouveau_blacklist", "kernel_modules", "driver_install"]
+        # the unattended-upgrades blacklist is in place before the install: no run moves half a new stack
+        drivers = ["nouveau_blacklist", "unattended_upgrades", "kernel_modules", "driver_install"]
         assert [t.task for t in phases["drivers"].tasks] == drivers
     site = [phase.name for phase in load_playbook("site").phases]
     assert site.index("fabric") < site.index("engine") < site.index("gpu") < site.index("services")
     ctx = _ctx(EngineSpec(), {})
     assert PROVISION_TASKS["persistence"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["nouveau_blacklist"](ctx, {})[0].args == {"branch": "570"}
+    assert PROVISION_TASKS["unattended_upgrades"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["fabric_manager"](ctx, {})[0].args == {"branch": "570"}
     assert PROVISION_TASKS["nvlsm"](ctx, {})[0].args == {"branch": "570"}
     (modules,) = PROVISION_TASKS["kernel_modules"](ctx, {})
