@@ -22,11 +22,10 @@ unit:
 
 # The whole suite: lint, types, unit tests, the lab and real-engine tests (skipped with a reason when not root),
 # then, as root, the Molecule scenario (create, converge, idempotence, verify, destroy on lab hosts).
-# One process by default (CI). `WORKERS=2` runs two pytest-xdist workers: the lab modules sharing the real
-# deployment on one, the other lab modules on the other, unit tests on whichever finishes first
-# (tests/conftest.py); pytest took 43 min instead of 60 on 2 cores, but two timing-bound lab tests failed
-# under it (docs/lab.md), so it is not yet the default.
-WORKERS ?= 0
+# Two pytest-xdist workers by default (CI has 2 cores): the lab modules sharing the real deployment on one,
+# the other lab modules on the other, unit tests on whichever finishes first (tests/conftest.py); pytest
+# takes ~43 min instead of ~60 in one process. `WORKERS=0` runs one process (docs/lab.md).
+WORKERS ?= 2
 test: lint typecheck
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) molecule; else echo "molecule: skipped (needs root)"; fi
