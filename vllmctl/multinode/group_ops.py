@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from vllmctl.ops.base import Command, Step, Upload, noop, run
+from vllmctl.ops.engine_gone import wait_gone
 from vllmctl.ops.release import create_release, record_verdict, swap_units
 from vllmctl.paths import UNIT_DIR
 from vllmctl.releases.group import GroupManifest, group_dir, group_releases_dir
@@ -122,9 +123,12 @@ def create_group_release(manifest: GroupManifest, state: HostReleases) -> Step:
 
 
 def restart_step(units: Sequence[str]) -> Step:
+    """Stopped, then started only once their last run's processes are gone and their GPUs free (#36): a
+    plain restart would start the new engine or Ray worker beside a stuck one."""
     if not units:
         return noop("group_start", "units", "nothing to restart")
-    return Step("group_start", " ".join(units), (run("systemctl", "restart", "--", *units),))
+    stop, start = run("systemctl", "stop", "--", *units), run("systemctl", "start", "--", *units)
+    return Step("group_start", " ".join(units), (stop, *wait_gone(units), start))
 
 
 def stop_step(units: Sequence[str]) -> Step:

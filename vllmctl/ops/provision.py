@@ -9,6 +9,7 @@ from vllmctl.ops.driver import DRIVER_REBOOT, NVIDIA_DRIVER
 from vllmctl.ops.engine import ENGINE_PRUNE, ENGINE_VENV, SYSTEM_PACKAGES
 from vllmctl.ops.fabric import FABRIC_MANAGER
 from vllmctl.ops.gpu_health import GPU_HEALTH
+from vllmctl.ops.gpu_memory import GPU_MEMORY
 from vllmctl.ops.kernel_modules import KERNEL_MODULES
 from vllmctl.ops.model_stage import MODEL_DOWNLOAD, MODEL_SYNC
 from vllmctl.ops.nouveau import NOUVEAU_BLACKLIST
@@ -35,6 +36,7 @@ PROVISION_OPERATIONS: dict[str, Operation] = {
         MODEL_SYNC,
         SERVICE_HEALTH,
         GPU_HEALTH,
+        GPU_MEMORY,
         DCGM_DIAG,
         DCGM_EXPORTER,
     )

