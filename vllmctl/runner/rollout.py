@@ -154,6 +154,16 @@ class RolloutGuard:
         lost = ""
         if self.gateway is not None and not self.gateway.ready(host) and not failure:
             lost = f"{host}: its release passed, but the gateway did not see it UP in time"
+            said = self.gateway.host_events(host)[-1:]
+            pending = said[0].get("pending") if said else None
+            if pending:  # what HAProxy said last: its status and the check's result, per gateway and server
+                shown = (
+                    f"{where} {s.get('status')} (check {s.get('check') or '-'})"
+                    for where, s in pending.items()
+                )
+                lost += f" ({'; '.join(shown)})"
+            elif said and said[0].get("error"):
+                lost += f" ({said[0]['error']})"
         with self._cond:
             if failure or lost:
                 self.ledger.fail(host, failure or lost)

@@ -302,8 +302,10 @@ def test_an_apply_ended_by_sigterm_mid_release_leaves_no_server_drained_and_no_l
     for host in deployment.engine_hosts:
         assert deployment.fleet.ssh(host, f"test -e {LOCK_DIR}").returncode == 1, host.name
     gateway.wait_status("UP", 2, within_s=600)  # the restarted engine comes back through its checks
-    code, _, output = deployment.apply(gateway.inventory("gw-prefix.yml", balance="prefix"))
-    assert code == 0, output[-6000:]  # the next run finishes what the stopped one began
+    code, doc, output = deployment.apply(gateway.inventory("gw-prefix.yml", balance="prefix"))
+    # the next run finishes what the stopped one began; on failure, what each gateway said of each host
+    said = {name: h.get("gateway") for name, h in doc["hosts"].items()}
+    assert code == 0, f"{json.dumps(said, indent=1)[-6000:]}\n{output[-3000:]}"
 
 
 def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gateway) -> None:

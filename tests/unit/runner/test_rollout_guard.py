@@ -135,7 +135,9 @@ def test_a_release_that_passed_but_never_came_up_in_the_gateway_counts_as_failed
     rollout = guard(gw)
     rollout.gateway.clock = iter(range(0, 10_000, 50)).__next__  # type: ignore[union-attr,assignment]
     assert rollout.take_out("a") == ""
-    assert rollout.put_back("a", "") == "a: its release passed, but the gateway did not see it UP in time"
+    lost = rollout.put_back("a", "")
+    assert lost.startswith("a: its release passed, but the gateway did not see it UP in time (gw:"), lost
+    assert lost.endswith("(gw:tiny/a-8000 DOWN (check L7OK))"), lost  # what HAProxy said last
     assert rollout.stopped.startswith("the rollout stopped: 1 failed (a)")
 
 
