@@ -88,16 +88,20 @@ def healthy_path(unit: str) -> str:
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"paths": (healthy_path(str(args["name"])),)}
+    return {"paths": (healthy_path(str(args["name"])),), "units": (), "applied": ()}
 
 
 def _plan_health(args: Args, facts: Facts) -> Step:
-    """Polls unless this applied hash passed once; a replica that never got healthy is polled again."""
+    """Polls unless this applied hash passed once and the `service` step before it leaves the engine running
+    (planned from the same facts): an engine this run restarts is polled even back to a release that passed
+    before (an interrupted run had started another one in between), else the gate finds it loading."""
     unit, applied = str(args["name"]), str(args["applied"])
     if not args.get("running", True):
         return noop("service_health", unit, f"{unit} is kept stopped")
     record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
-    if record.get("sha256") == sha256_text(applied):
+    state = (facts.get("units") or {}).get(unit, {})
+    restarts = state.get("active_state") != "active" or (facts.get("applied") or {}).get(unit) != applied
+    if record.get("sha256") == sha256_text(applied) and not restarts:
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
     base = http_url("127.0.0.1", int(args["port"]))
     deadline = f"{float(args['deadline_s']):g}"

@@ -39,6 +39,13 @@ def test_each_host_gets_passed_refused_not_gated_or_unknown(tmp_path: Path) -> N
     refused = host_gate(ctx["a"], broken)
     assert refused["status"] == "refused" and refused["reason"].startswith("fabric: GPU 0")
     assert host_gate(ctx["idle"], healthy) == {"status": "not gated", "reason": "no engine on this host"}
+    # the GPU memory gate too: a process outside vllmctl's units holds most of GPU 0 (tiny plans vLLM's 0.9)
+    smi = {"status": "ok", "gpus": [{"index": 0, "memory_total_mib": 81559, "memory_used_mib": 70000}]}
+    held = {"processes": [{"pid": 4242, "gpu": 0, "mib": 70000, "unit": None}]}
+    crowded = {"facts": {**healthy["facts"], "gpus": smi, "gpu_processes": held}}
+    verdict = host_gate(ctx["a"], crowded)
+    assert verdict["status"] == "refused" and verdict["reason"].startswith("gpu memory: GPU 0"), verdict
+    assert "pid 4242 (70000 MiB)" in verdict["reason"]
     lost = host_gate(ctx["a"], {"error": "ssh: connect to host 10.0.0.1 port 22: No route to host"})
     assert lost == {
         "status": "unknown",
@@ -58,7 +65,7 @@ def test_gate_view_gathers_the_gates_facts_once_per_host(tmp_path: Path, monkeyp
     monkeypatch.setattr(gpu_gate, "gather_fleet_facts", gathered)
     inv = next(iter(contexts(tmp_path).values())).inventory
     view = gpu_gate.gate_view(inv, ["a", "idle"], 5.0)
-    assert asked == [("gpu_health", "gpu_topology")]
+    assert asked == [("gpu_health", "gpu_topology", "gpus", "gpu_processes")]
     assert view["a"]["status"] == "passed" and view["idle"]["status"] == "unknown"
 
 
