@@ -280,7 +280,8 @@ def test_gpu_memory_a_foreign_process_holds_refuses_the_host_before_any_start_an
     used += "d['gpus'][0]['memory_used_mib']={}; json.dump(d, open(p, 'w'))"
     gate.sh(good, "sudo systemd-run --quiet --unit someone-elses-job sleep 900")
     pid = gate.sh(good, "systemctl show -p MainPID --value someone-elses-job.service").strip()
-    gate.sh(good, f"echo '{pid} 0 70000' | sudo tee /run/vllmctl-lab/compute-apps >/dev/null")
+    apps = "/run/vllmctl-lab/compute-apps"  # the lab nvidia-smi's compute-apps list: pid, GPU, MiB
+    gate.sh(good, f"sudo mkdir -p /run/vllmctl-lab && echo '{pid} 0 70000' | sudo tee {apps} >/dev/null")
     gate.sh(good, f'sudo python3 -c "{used.format(70000)}"')
     started = gate.sh(good, f"systemctl show -p ActiveEnterTimestampMonotonic --value {UNIT}").strip()
     try:
