@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vllmctl.ops.base import (
     Args,
+    Command,
     FactRequests,
     Facts,
     FileChange,
@@ -11,11 +12,26 @@ from vllmctl.ops.base import (
     OpError,
     Step,
     Upload,
+    make_dirs,
     noop,
     run,
 )
 from vllmctl.paths import UNIT_DIR
 from vllmctl.render.quoting import confined_path, unit_file_name
+
+
+def config_file(path: str, content: str, facts: Facts) -> tuple[tuple[Command, Upload], FileChange] | None:
+    """A root-owned 0644 config file vllmctl writes whole (modprobe.d, apt.conf.d, modules-load.d): None when
+    the host has this content; else its directory made and the upload, with the diff. Refuses a non-file."""
+    current = (facts.get("paths") or {}).get(path, {"type": "absent"})
+    if current["type"] not in ("absent", "file"):
+        raise OpError(f"{path} is a {current['type']}, not a file", f"remove {path}")
+    upload = Upload(path, content)
+    if current["type"] == "file" and current.get("sha256") == upload.sha256:
+        return None
+    # a minimal system (the lab's) may lack the directory until its package is installed
+    actions = (make_dirs(path.rsplit("/", 1)[0]), upload)
+    return actions, FileChange(path, content, exists=current["type"] == "file")
 
 
 def _path_fact(args: Args) -> FactRequests:

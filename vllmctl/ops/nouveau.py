@@ -5,19 +5,8 @@ writes the same two lines, then `update-initramfs -u` or `dracut -f`). A loaded 
 
 from __future__ import annotations
 
-from vllmctl.ops.base import (
-    Args,
-    Command,
-    FactRequests,
-    Facts,
-    FileChange,
-    Operation,
-    OpError,
-    Step,
-    Upload,
-    make_dirs,
-    noop,
-)
+from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, Step, noop
+from vllmctl.ops.files import config_file
 
 BLACKLIST_PATH = "/etc/modprobe.d/blacklist-nouveau.conf"
 BLACKLIST = (
@@ -38,16 +27,13 @@ def _facts(args: Args) -> FactRequests:
 def _plan(args: Args, facts: Facts) -> Step:
     if not args.get("branch"):
         return noop("nouveau_blacklist", BLACKLIST_PATH, "no driver branch pinned (driver.branch)")
-    current = (facts.get("paths") or {}).get(BLACKLIST_PATH, {"type": "absent"})
-    if current["type"] not in ("absent", "file"):
-        raise OpError(f"{BLACKLIST_PATH} is a {current['type']}, not a file", f"remove {BLACKLIST_PATH}")
-    upload = Upload(BLACKLIST_PATH, BLACKLIST)
-    if current["type"] == "file" and current.get("sha256") == upload.sha256:
+    written = config_file(BLACKLIST_PATH, BLACKLIST, facts)
+    if written is None:
         return noop("nouveau_blacklist", BLACKLIST_PATH, "nouveau is blacklisted")
-    change = FileChange(BLACKLIST_PATH, BLACKLIST, exists=current["type"] == "file")
-    # a minimal system (the lab's) has no /etc/modprobe.d until kmod is installed
-    actions = (make_dirs("/etc/modprobe.d"), upload, Command(shell=REBUILD_INITRAMFS))
-    return Step("nouveau_blacklist", BLACKLIST_PATH, actions, change=change)
+    actions, change = written
+    return Step(
+        "nouveau_blacklist", BLACKLIST_PATH, (*actions, Command(shell=REBUILD_INITRAMFS)), change=change
+    )
 
 
 NOUVEAU_BLACKLIST = Operation("nouveau_blacklist", _facts, _plan)

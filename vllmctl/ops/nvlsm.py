@@ -12,10 +12,10 @@ from vllmctl.ops.base import (
     OpError,
     Step,
     Upload,
-    make_dirs,
     noop,
     run,
 )
+from vllmctl.ops.files import config_file
 
 # NVIDIA's Fabric Manager user guide ("Systems Using Fourth Generation NVSwitches"): Fabric Manager runs
 # beside NVLSM, which reaches the NVSwitches through ib_umad; the unit's precheck refuses to start without it
@@ -54,10 +54,7 @@ def _plan(args: Args, facts: Facts) -> Step:
     version = installed.get(NVLSM)
     held = NVLSM in set((facts.get("driver_packages") or {}).get("held", []))
     paths = facts.get("paths") or {}
-    conf = paths.get(MODULES_LOAD_PATH, {"type": "absent"})
-    if conf["type"] not in ("absent", "file"):
-        raise OpError(f"{MODULES_LOAD_PATH} is a {conf['type']}, not a file", f"remove {MODULES_LOAD_PATH}")
-    upload = Upload(MODULES_LOAD_PATH, MODULES_LOAD)
+    conf = config_file(MODULES_LOAD_PATH, MODULES_LOAD, facts)
     loaded = paths.get(IB_UMAD_LOADED, {}).get("type") == "directory"
     actions: list[Command | Upload] = []
     if version is None:
@@ -67,8 +64,8 @@ def _plan(args: Args, facts: Facts) -> Step:
         ]
     if version is None or not held:
         actions.append(run("apt-mark", "hold", NVLSM))
-    if conf.get("sha256") != upload.sha256:
-        actions += [make_dirs("/etc/modules-load.d"), upload]
+    if conf is not None:
+        actions += conf[0]
     if not loaded:
         actions.append(run("modprobe", IB_UMAD))
     if not actions:

@@ -17,6 +17,7 @@ from vllmctl.ops.base import (
     sha256_text,
 )
 from vllmctl.ops.env_reader import READ_ENV
+from vllmctl.ops.system import starts
 from vllmctl.paths import STATE_DIR, WAIT_HEALTHY_HELPER
 from vllmctl.releases.unit_exit import UNIT_EXIT_SOURCE
 from vllmctl.render.quoting import confined_path, http_url, path_component
@@ -99,9 +100,7 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     if not args.get("running", True):
         return noop("service_health", unit, f"{unit} is kept stopped")
     record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
-    state = (facts.get("units") or {}).get(unit, {})
-    restarts = state.get("active_state") != "active" or (facts.get("applied") or {}).get(unit) != applied
-    if record.get("sha256") == sha256_text(applied) and not restarts:
+    if record.get("sha256") == sha256_text(applied) and not starts(unit, applied, facts):
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
     base = http_url("127.0.0.1", int(args["port"]))
     deadline = f"{float(args['deadline_s']):g}"

@@ -47,6 +47,13 @@ def _service_facts(args: Args) -> FactRequests:
     return {"units": (), "applied": ()}
 
 
+def starts(name: str, applied: str, facts: Facts) -> bool:
+    """Whether a running `service` (re)starts `name`: not active, or last started with another applied hash
+    (its recorded one). `service_health` asks the same of the same facts."""
+    active = (facts.get("units") or {}).get(name, {}).get("active_state") == "active"
+    return not active or (facts.get("applied") or {}).get(name) != applied
+
+
 def _plan_service(args: Args, facts: Facts) -> Step:
     """Restart when what the service was last started with (its recorded applied hash) differs from now."""
     name = str(args["name"])
@@ -61,7 +68,7 @@ def _plan_service(args: Args, facts: Facts) -> Step:
     elif not args["enabled"] and enabled:
         actions.append(run("systemctl", "disable", name))
     if args["running"]:
-        if not active or recorded != args["applied"]:
+        if starts(name, str(args["applied"]), facts):
             # stop, then start only once the last run's processes are gone (a stuck worker keeps its GPU
             # memory; a plain restart would start the new engine beside it)
             if active:

@@ -4,18 +4,8 @@ moves only when `driver.branch` moves it (a lone `libnvidia-*` upgrade is NVML's
 
 from __future__ import annotations
 
-from vllmctl.ops.base import (
-    Args,
-    FactRequests,
-    Facts,
-    FileChange,
-    Operation,
-    OpError,
-    Step,
-    Upload,
-    make_dirs,
-    noop,
-)
+from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, noop
+from vllmctl.ops.files import config_file
 
 BLACKLIST_PATH = "/etc/apt/apt.conf.d/51vllmctl-nvidia-driver.conf"
 # unattended-upgrades matches each entry as a Python regex from the start of a package name; these prefixes
@@ -39,14 +29,11 @@ def _plan(args: Args, facts: Facts) -> Step:
     op = "unattended_upgrades"
     if not args.get("branch"):
         return noop(op, BLACKLIST_PATH, "no driver branch pinned (driver.branch)")
-    current = (facts.get("paths") or {}).get(BLACKLIST_PATH, {"type": "absent"})
-    if current["type"] not in ("absent", "file"):
-        raise OpError(f"{BLACKLIST_PATH} is a {current['type']}, not a file", f"remove {BLACKLIST_PATH}")
-    upload = Upload(BLACKLIST_PATH, BLACKLIST)
-    if current["type"] == "file" and current.get("sha256") == upload.sha256:
+    written = config_file(BLACKLIST_PATH, BLACKLIST, facts)
+    if written is None:
         return noop(op, BLACKLIST_PATH, "unattended upgrades skip the NVIDIA driver stack")
-    change = FileChange(BLACKLIST_PATH, BLACKLIST, exists=current["type"] == "file")
-    return Step(op, BLACKLIST_PATH, (make_dirs("/etc/apt/apt.conf.d"), upload), change=change)
+    actions, change = written
+    return Step(op, BLACKLIST_PATH, actions, change=change)
 
 
 UNATTENDED_UPGRADES = Operation("unattended_upgrades", _facts, _plan)

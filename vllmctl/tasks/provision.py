@@ -212,8 +212,7 @@ def gpu_budgets(ctx: HostContext) -> list[dict[str, Any]]:
     of each it plans to take, which the `gpu_memory` gate checks against what other processes hold."""
     budgets = []
     for model in ctx.models():
-        engine = model.engine or ctx.host.engine
-        if engine.name != "vllm" or runs_on_cpu(ctx.inventory, ctx.host.name, model.name):
+        if ctx.engine(model).name != "vllm" or runs_on_cpu(ctx.inventory, ctx.host.name, model.name):
             continue
         plan = ctx.plan(model)
         share = float(plan.engine_args.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
