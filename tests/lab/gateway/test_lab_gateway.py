@@ -222,7 +222,7 @@ def test_prefix_routing_keeps_each_conversation_and_session_on_one_replica(gatew
     code, _, output = gateway.deployment.apply(gateway.inventory("prefix.yml", balance="prefix"))
     assert code == 0, output[-6000:]
     config = gateway.root(gateway.host, f"cat {HAPROXY_CONFIG}")
-    assert "balance hash var(txn.affinity)" in config and "hash-balance-factor 125" in config
+    assert "balance hash var(txn.affinity)" in config and "hash-balance-factor 150" in config
     gateway.wait_status("UP", 2, within_s=60)
     landed: list[set[str]] = []
     with httpx.Client(trust_env=False, timeout=60) as client:
