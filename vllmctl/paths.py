@@ -70,3 +70,13 @@ def state_record(name: str) -> str:
 def adapter_dir(model: str, adapter: str) -> str:
     """Where a hub adapter's staged snapshot is linked, so `--lora-modules` names a fixed local path."""
     return f"{ADAPTERS_DIR}/{model}/{adapter}"
+
+
+def incoming_dir(user: str) -> str:
+    """The SSH user's private folder (0700) where pushed files arrive before their sha256 is checked."""
+    return f"/var/tmp/vllmctl-incoming-{user}"
+
+
+def push_partial(user: str, sha256: str) -> str:
+    """A pushed file while it arrives, named by its content: a broken push resumes from what is there."""
+    return f"{incoming_dir(user)}/{sha256}.part"

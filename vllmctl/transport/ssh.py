@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import os
+import re
 import select
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,10 +14,15 @@ import paramiko
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import Host
+from vllmctl.paths import incoming_dir, push_partial
 from vllmctl.render.quoting import host_path, shell_join, shell_resolves_under, shell_word
 from vllmctl.transport.connection import connect_error, connection_chain
 from vllmctl.transport.result import Result
 from vllmctl.transport.target import SSH_CONFIG_FILES, SshTarget, resolve_target, shared_ssh_config
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+CHUNK = 1 << 20
+STALE_PARTIAL_MIN = 24 * 60  # a partial push of a file no run has asked for in a day is removed
 
 
 class SshTransport:
@@ -131,33 +136,59 @@ class SshTransport:
     ) -> Result:
         """Stream a local file over SFTP into a private incoming folder, check its sha256 on the host, then
         move it next to `path` and rename it into place (so a half-sent file is never seen there); with
-        `root`, only where `path`'s directory resolves on the host inside it."""
+        `root`, only where `path`'s directory resolves on the host inside it. The file arrives under its
+        sha256, so a push cut off (connection lost, disk full) resumes from the bytes already there; a
+        partial whose sum does not match once complete is removed, and the next push starts over. stdout
+        says how many bytes were sent and from which offset."""
         host_path(path)
+        if not SHA256.fullmatch(sha256):
+            raise TransportError(
+                f"not pushing {source}: {sha256!r} is not a sha256", "a vllmctl bug: report it"
+            )
         user = self.target.user
-        incoming = f"/var/tmp/vllmctl-incoming-{user}"
-        prepared = self.run(["install", "-d", "-m", "0700", "-o", user, incoming], sudo=True, timeout=30)
+        incoming, sent = incoming_dir(user), push_partial(user, sha256)
+        q = shell_word
+        prepare = (
+            f"install -d -m 0700 -o {q(user)} {q(incoming)} && find {q(incoming)} -maxdepth 1 -name '*.part' "
+            f"! -name {q(sha256 + '.part')} -mmin +{STALE_PARTIAL_MIN} -delete"
+        )
+        prepared = self.run(prepare, sudo=True, timeout=30)
         if not prepared.ok:
             return prepared
-        sent = f"{incoming}/{uuid.uuid4().hex}"
-        self._send(source, sent, timeout)
-        q = shell_word
+        resumed, size = self._send(source, sent, timeout)
         refusal = q(f"not writing {path}: it resolves outside {root}")
         confine = f"{shell_resolves_under(path, root)} || {{ echo {refusal} >&2; exit 1; }}; " if root else ""
+        mismatch = q(f"sha256 mismatch after sending {source}: the partial copy was removed")
         script = (
             f"set -e; trap 'rm -f {q(sent)}' EXIT; {confine}"
             f"echo {q(sha256 + '  ' + sent)} | sha256sum --check --quiet --status - "
-            f"|| {{ echo {q('sha256 mismatch after sending ' + source)} >&2; exit 1; }}; "
+            f"|| {{ echo {mismatch} >&2; exit 1; }}; "
             f'tmp=$(mktemp {q(os.path.dirname(path) or ".")}/.vllmctl-push.XXXXXX); mv -f {q(sent)} "$tmp"; '
             f'chmod {q(mode)} "$tmp"; chown {q(owner + ":" + group)} "$tmp"; mv -f "$tmp" {q(path)}'
         )
-        return self.run(script, sudo=True, timeout=timeout)
+        moved = self.run(script, sudo=True, timeout=timeout)
+        said = f"sent {size - resumed} of {size} bytes" + (f", resumed at byte {resumed}" if resumed else "")
+        return Result(said + "\n" + moved.stdout, moved.stderr, moved.exited, moved.timed_out, moved.command)
 
-    def _send(self, source: str, sent: str, timeout: float | None) -> None:
+    def _send(self, source: str, sent: str, timeout: float | None) -> tuple[int, int]:
+        """Writes `source` to `sent` from the size `sent` already has: (bytes already there, file size)."""
         try:
+            size = os.path.getsize(source)
             sftp = self._client().open_sftp()
             try:
                 sftp.get_channel().settimeout(timeout)  # type: ignore[union-attr]
-                sftp.put(source, sent)
+                try:
+                    have = sftp.stat(sent).st_size or 0
+                except FileNotFoundError:
+                    have = 0
+                have = have if have <= size else 0
+                with open(source, "rb") as local, sftp.open(sent, "r+b" if have else "wb") as remote:
+                    local.seek(have)
+                    remote.seek(have)
+                    remote.set_pipelined(True)
+                    while chunk := local.read(CHUNK):
+                        remote.write(chunk)
+                return have, size
             finally:
                 sftp.close()
         except OSError as exc:
@@ -167,12 +198,12 @@ class SshTransport:
                 ) from exc
             raise TransportError(
                 f"{self.host.name}: sending {source} failed ({exc})",
-                "check the host's free disk and apply again",
+                "check the host's free disk and apply again: the push resumes from the bytes already sent",
             ) from exc
         except (paramiko.SSHException, EOFError) as exc:  # SFTP reads EOF when the connection drops
             raise TransportError(
                 f"{self.host.name}: connection lost while sending {source} ({exc or type(exc).__name__})",
-                "apply again: it converges from where it left off",
+                "apply again: it converges from where it left off, the file from the bytes already sent",
             ) from exc
 
     def close(self) -> None:
