@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import yaml
@@ -53,6 +53,15 @@ WORDS = ("the", "model", "serves", "requests", "while", "a", "gateway", "routes"
          "of", "every", "user", "who", "asks", "about", "hosts", "drivers", "releases", "plans")  # fmt: skip
 Scrape = dict[str, tuple[EngineMetrics, float]]  # engine host -> its model's metrics, process start time
 START_TIME = re.compile(r"^process_start_time_seconds (\S+)$", re.M)
+
+
+class Round(NamedTuple):
+    """One timed pass of one mode: the engines' scrapes around it, the client's TTFTs, its wall time."""
+
+    before: Scrape
+    after: Scrape
+    ttfts: list[float]
+    wall_s: float
 
 
 def words(rng: random.Random, count: int) -> str:
@@ -202,20 +211,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def summarize(rounds: list[tuple[Scrape, Scrape, list[float], float]]) -> dict[str, Any]:
+def summarize(rounds: list[Round]) -> dict[str, Any]:
     """One mode's figures over its rounds: the engines' counter deltas summed, the client's TTFTs pooled."""
-    hosts = list(rounds[0][0])
+    hosts = list(rounds[0].before)
 
     def total(field: str, host: str) -> float:
-        return sum(delta(before[host][0], after[host][0], field) for before, after, _, _ in rounds)
+        return sum(delta(r.before[host][0], r.after[host][0], field) for r in rounds)
 
     hits = {h: total("prefix_cache_hits_total", h) for h in hosts}
     queried = {h: total("prefix_cache_queries_total", h) for h in hosts}
     served = {h: total("requests_succeeded_total", h) for h in hosts}
-    pairs = [(after[h][0].ttft, before[h][0].ttft) for before, after, _, _ in rounds for h in hosts]
+    pairs = [(r.after[h][0].ttft, r.before[h][0].ttft) for r in rounds for h in hosts]
     ttft_sum = sum(a.sum - b.sum for a, b in pairs if a and b)
     ttft_count = sum(a.count - b.count for a, b in pairs if a and b)
-    ttfts = [t for _, _, round_ttfts, _ in rounds for t in round_ttfts]
+    ttfts = [t for r in rounds for t in r.ttfts]
     queried_total = sum(queried.values())
     return {
         "hit_rate": sum(hits.values()) / queried_total if queried_total else None,
@@ -226,10 +235,10 @@ def summarize(rounds: list[tuple[Scrape, Scrape, list[float], float]]) -> dict[s
         "ttft_p90_s": percentile(ttfts, 0.90),
         "ttft_p99_s": percentile(ttfts, 0.99),
         "ttft_mean_s": statistics.fmean(ttfts),
-        "ttft_p99_per_round_s": [round(percentile(r[2], 0.99), 3) for r in rounds],
+        "ttft_p99_per_round_s": [round(percentile(r.ttfts, 0.99), 3) for r in rounds],
         "engine_ttft_mean_s": ttft_sum / ttft_count if ttft_count else None,
         "requests": len(ttfts),
-        "wall_s": round(sum(r[3] for r in rounds), 1),
+        "wall_s": round(sum(r.wall_s for r in rounds), 1),
     }
 
 
@@ -238,7 +247,7 @@ def measure(fleet: LabFleet, model_dir: Path, args: argparse.Namespace, work: Pa
     machine's load falls on every mode alike; each (round, mode) gets its own system prompt and documents."""
     url = f"http://{fleet.hosts[2].address}:{GATEWAY_PORT}"
     modes = ["leastconn", "prefix", *(f"prefix-{factor}" for factor in args.factors)]
-    rounds: dict[str, list[tuple[Scrape, Scrape, list[float], float]]] = {mode: [] for mode in modes}
+    rounds: dict[str, list[Round]] = {mode: [] for mode in modes}
     first: Scrape | None = None
     current = ""
     for round_index in range(args.rounds):
@@ -258,7 +267,7 @@ def measure(fleet: LabFleet, model_dir: Path, args: argparse.Namespace, work: Pa
             ttfts = run_mode(url, seed, args)
             wall_s = time.monotonic() - started
             time.sleep(2)  # the API server's counters follow the engine core's stats a moment later
-            rounds[mode].append((before, scrape(fleet), ttfts, wall_s))
+            rounds[mode].append(Round(before, scrape(fleet), ttfts, wall_s))
             print(json.dumps({"round": round_index + 1, mode: summarize(rounds[mode][-1:])}), flush=True)
     return {mode: summarize(found) for mode, found in rounds.items()}
 

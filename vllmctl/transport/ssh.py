@@ -8,6 +8,7 @@ import re
 import select
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import paramiko
@@ -168,7 +169,7 @@ class SshTransport:
         )
         moved = self.run(script, sudo=True, timeout=timeout)
         said = f"sent {size - resumed} of {size} bytes" + (f", resumed at byte {resumed}" if resumed else "")
-        return Result(said + "\n" + moved.stdout, moved.stderr, moved.exited, moved.timed_out, moved.command)
+        return replace(moved, stdout=said + "\n" + moved.stdout)
 
     def _send(self, source: str, sent: str, timeout: float | None) -> tuple[int, int]:
         """Writes `source` to `sent` from the size `sent` already has: (bytes already there, file size)."""
