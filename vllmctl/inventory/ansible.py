@@ -33,6 +33,7 @@ NATIVE_TOP_KEYS = {
     "defaults",
     "secrets",
     "releases",
+    "staging",
     "ansible_inventory",
 }
 SKIPPED_GROUPS = {"all", "ungrouped"}  # implicit in Ansible; vllmctl groups are always explicit

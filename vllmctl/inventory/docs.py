@@ -150,6 +150,7 @@ SECTIONS = [
     ("`{secret: NAME}` references", "#/$defs/secret_ref"),
     ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),
     ("`releases`", "#/$defs/releases"),
+    ("`staging`", "#/$defs/staging"),
     ("`gateway`", "#/$defs/gateway"),
     ("`gateway.vip`", "#/$defs/vip"),
 ]

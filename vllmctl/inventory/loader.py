@@ -27,6 +27,7 @@ from vllmctl.inventory.model import (
     SecretRef,
     SpeculativeSpec,
     SshSettings,
+    StagingSettings,
     TlsFiles,
     VipSpec,
 )
@@ -187,8 +188,18 @@ def _build(doc: SourceDoc, resolved: Resolved) -> Inventory:
         models=models,
         secrets=secrets,
         releases=ReleaseSettings(keep=int(mapping(data.get("releases")).get("keep", ReleaseSettings.keep))),
+        staging=_staging(mapping(data.get("staging"))),
         clusters=clusters,
         gateway=_gateway(data.get("gateway"), resolved.gateway_hosts),
+    )
+
+
+def _staging(data: dict[str, Any]) -> StagingSettings:
+    default = StagingSettings()
+    return StagingSettings(
+        fanout=bool(data.get("fanout", default.fanout)),
+        per_source=int(data.get("per_source", default.per_source)),
+        locality=str(data.get("locality", default.locality)),
     )
 
 

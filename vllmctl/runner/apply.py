@@ -53,6 +53,7 @@ from vllmctl.tasks.gateway import TLS_SECRET
 from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
 
 if TYPE_CHECKING:  # imported where used: a run with no gate and no multi-node model never loads them
+    from vllmctl.fanout.schedule import FolderFanout
     from vllmctl.multinode.plan import ClusterPlan
     from vllmctl.runner.apply_groups import GroupRun
 
@@ -93,6 +94,7 @@ class ApplyOutcome:
     result: RunResult
     groups: list[GroupRun]
     gateway_gate: dict[str, Any] | None = None  # the gateway's verdict after a rollout changed hosts
+    staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
 
     @property
     def failed(self) -> bool:
@@ -105,7 +107,13 @@ class ApplyOutcome:
 
     def to_json(self) -> dict[str, Any]:
         groups = {g.model: g.to_json() for g in self.groups}
-        return {**self.result.to_json(), "groups": groups, "gateway_gate": self.gateway_gate}
+        staging = {f.folder: f.to_json() for f in self.staging}
+        return {
+            **self.result.to_json(),
+            "groups": groups,
+            "gateway_gate": self.gateway_gate,
+            "staging": staging,
+        }
 
 
 Confirm = Callable[[int, str], bool]  # (hosts, playbook) -> go ahead?
@@ -262,6 +270,11 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     }
     if any(task.task == "engine_install" for phase in playbook.phases for task in phase.tasks):
         contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
+    staging: list[FolderFanout] = []
+    if any(task.task == "model_staging" for phase in playbook.phases for task in phase.tasks):
+        from vllmctl.runner.fanout import stage_folders
+
+        staging = stage_folders(contexts, inventory.staging, args.check, args.forks, args.timeout, ui.info)
     guard: RolloutGuard | None = None
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
@@ -322,4 +335,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups, verdict)
+    return ApplyOutcome(result, groups, verdict, staging)

@@ -64,6 +64,14 @@ class SshTransport:
             raise connect_error(target, exc) from exc
         return self._chain[-1]
 
+    def host_key(self) -> tuple[str, str]:
+        """(type, base64) of the host key this connection verified: what a peer checks in a fan-out."""
+        transport = self._client().get_transport()
+        if transport is None:
+            raise TransportError(f"{self.host.name}: connection lost", "check the host and run again")
+        key = transport.get_remote_server_key()
+        return key.get_name(), key.get_base64()
+
     def _client(self) -> paramiko.SSHClient:
         client: paramiko.SSHClient = self.connect().client
         return client

@@ -1,0 +1,195 @@
+"""The weights fan-out at the edge (#32): before the per-host runs, each controller folder that several hosts
+stage reaches the fleet once, by the controller's push to one host, and is then copied host to host
+(fanout/schedule.py orders the copies, fanout/scripts.py is their shell). Every grant is revoked and every
+one-time key removed when its copy ends, also when it fails; a host left without a copy gets the
+controller's push in its own run, as before."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from vllmctl.fanout import scripts
+from vllmctl.fanout.schedule import Copy, FolderFanout, HostCopy, Schedule
+from vllmctl.inventory.model import StagingSettings
+from vllmctl.ops.model_stage import DISK_MARGIN
+from vllmctl.runner.fanout_copy import Copier, CopyOutcome
+from vllmctl.runner.fleet import on_each_host
+from vllmctl.tasks.adapters import staged_sources
+from vllmctl.tasks.desired import HostContext
+
+Files = Sequence[Mapping[str, Any]]
+
+
+def staged_folders(contexts: Mapping[str, HostContext]) -> dict[str, list[str]]:
+    """Controller folder -> the hosts that stage it (model sources, adapters, drafts), inventory order."""
+    folders: dict[str, list[str]] = {}
+    for name, ctx in contexts.items():
+        for model in ctx.staged_models():
+            for source in (model.source, *staged_sources(model)):
+                if ctx.local_files.get(source):
+                    folders.setdefault(source, []).append(name)
+    return folders
+
+
+def _stale(files: Files, host: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    recorded, seen = host.get("recorded", {}), host.get("seen", {})
+    return [
+        f
+        for f in files
+        if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
+    ]
+
+
+def survey(
+    contexts: Mapping[str, HostContext], settings: StagingSettings, forks: int, timeout: float
+) -> list[FolderFanout]:
+    """The folders worth fanning out (two hosts need one, or one needs it and another holds it), with what
+    each host holds, read in one round trip per host."""
+    folders = staged_folders(contexts)
+    wanted = {f: hosts for f, hosts in folders.items() if len(hosts) >= 2}
+    if not settings.fanout or not wanted:
+        return []
+    per_host: dict[str, tuple[str, ...]] = {}
+    for folder, hosts in wanted.items():
+        for host in hosts:
+            per_host[host] = (*per_host.get(host, ()), folder)
+    subset = {name: contexts[name] for name in per_host}
+
+    def read(remote: Any) -> dict[str, Any]:
+        mine = per_host[remote.name]
+        return {"facts": remote.gather({"model_manifests": mine, "disk_free": mine}, timeout)}
+
+    gathered = on_each_host(subset, read, forks)
+    found = []
+    for folder, hosts in wanted.items():
+        fanout = FolderFanout(folder, list(contexts[hosts[0]].local_files[folder] or ()), [], {}, {})
+        for host in hosts:
+            _classify(fanout, host, gathered[host])
+        if fanout.stale and (len(fanout.stale) >= 2 or fanout.holders):
+            found.append(fanout)
+    return found
+
+
+def _classify(fanout: FolderFanout, host: str, result: Mapping[str, Any]) -> None:
+    if "error" in result:
+        fanout.skipped[host] = f"facts not read: {result['error']}"
+        return
+    facts = result["facts"]
+    state = (facts.get("model_manifests") or {}).get(fanout.folder, {})
+    stale = _stale(fanout.files, state)
+    if not stale:
+        fanout.holders.append(host)
+        return
+    free = ((facts.get("disk_free") or {}).get(fanout.folder) or {}).get("available_mib")
+    needed = sum(int(f["size"]) for f in stale) / 2**20 * DISK_MARGIN
+    if free is not None and free < needed:
+        fanout.skipped[host] = f"{free:,} MiB free, {needed:,.0f} MiB needed"
+        return
+    fanout.stale[host] = stale
+    fanout.recorded[host] = dict(state.get("recorded", {}))
+
+
+def run_fanout(
+    fanout: FolderFanout,
+    contexts: Mapping[str, HostContext],
+    settings: StagingSettings,
+    forks: int,
+    timeout: float,
+    report: Callable[[str], None],
+) -> None:
+    """Every host in `fanout.stale` gets the folder from a host that holds it, or a clear error."""
+    labels = {h: str(contexts[h].host.vars.get(settings.locality, "")) for h in contexts}
+    _install_rsync(fanout, contexts, forks, timeout)
+    schedule = Schedule(list(fanout.holders), list(fanout.stale), settings.per_source, labels)
+    copier = Copier(fanout, contexts, timeout, secrets.token_hex(8))
+    running: dict[Future[CopyOutcome], Copy] = {}
+    with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
+        while True:
+            for copy in schedule.next_copies():
+                running[pool.submit(copier.run, copy)] = copy
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                del running[future]
+                _record(fanout, schedule, future.result(), report)
+    for host in schedule.pending:
+        schedule.failed[host] = "no source left"
+    for host, why in schedule.failed.items():
+        record = fanout.copies.setdefault(host, HostCopy("", "failed"))
+        record.status, record.error = "failed", record.error or why
+
+
+def _install_rsync(
+    fanout: FolderFanout, contexts: Mapping[str, HostContext], forks: int, timeout: float
+) -> None:
+    """rsync (and rrsync) on every host taking part; one that cannot have it is no source, and gets the
+    controller's push in its own run."""
+    hosts = {h: contexts[h] for h in [*fanout.holders, *fanout.stale]}
+
+    def install(remote: Any) -> dict[str, Any]:
+        result = remote.transport.run(scripts.INSTALL, sudo=True, timeout=timeout)
+        return {} if result.ok else {"error": result.failure("installing rsync")}
+
+    for host, outcome in on_each_host(hosts, install, forks).items():
+        if "error" in outcome:
+            fanout.skipped[host] = f"no rsync: {outcome['error']}"
+            fanout.stale.pop(host, None)
+            if host in fanout.holders:
+                fanout.holders.remove(host)
+
+
+def _record(
+    fanout: FolderFanout, schedule: Schedule, done: CopyOutcome, report: Callable[[str], None]
+) -> None:
+    copy = done.copy
+    record = fanout.copies.setdefault(copy.target, HostCopy(copy.source, "failed"))
+    record.source = copy.source
+    if not done.blame:
+        schedule.finished(copy)
+        record.status, record.bytes, record.seconds, record.error = (
+            "ok",
+            done.bytes,
+            round(done.seconds, 2),
+            "",
+        )
+        mib = done.bytes / 2**20
+        report(f"{fanout.folder}: {copy.target} <- {copy.source} ({mib:,.0f} MiB in {done.seconds:.1f} s)")
+        return
+    record.attempts.append(f"{copy.source}: {done.error}")
+    record.error = done.error
+    report(f"{fanout.folder}: {copy.target} <- {copy.source} failed: {done.error}")
+    if done.blame == "target":
+        schedule.target_failed(copy, done.error)
+        return
+    schedule.source_failed(copy, done.error)
+    if done.corrupt:
+        fanout.stale[copy.source] = list(fanout.files)  # everything again: its files are not trusted
+        fanout.recorded.setdefault(copy.source, {})
+        schedule.requeue(copy.source)
+
+
+def stage_folders(
+    contexts: Mapping[str, HostContext],
+    settings: StagingSettings,
+    check: bool,
+    forks: int,
+    timeout: float,
+    report: Callable[[str], None],
+) -> list[FolderFanout]:
+    """Before the per-host runs: the fan-out of each folder worth it, shown (`--check`) or run."""
+    found = survey(contexts, settings, forks, timeout)
+    for fanout in found:
+        labels = {h: str(contexts[h].host.vars.get(settings.locality, "")) for h in contexts}
+        held = ", ".join(fanout.holders) or "no host"
+        report(f"fan-out {fanout.folder}: {len(fanout.stale)} hosts need it, held by {held}")
+        for number, copies in enumerate(fanout.rounds(settings.per_source, labels), 1):
+            report(f"  round {number}: " + ", ".join(f"{c.target} <- {c.source}" for c in copies))
+        for host, why in fanout.skipped.items():
+            report(f"  {host}: left to its own push ({why})")
+        if not check:
+            run_fanout(fanout, contexts, settings, forks, timeout, report)
+    return found
