@@ -5,13 +5,16 @@ Used by the session fixtures in tests/conftest.py; importable so tests can annot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vllmctl.lab.check import ssh_argv
 
@@ -93,3 +96,42 @@ def stop_fleet(name: str) -> None:
     result = vllmctl("lab", "down", "--name", name)
     if result.returncode != 0 and "no lab fleet named" not in result.stderr:
         raise RuntimeError(f"lab down --name {name} failed: {result.stderr}")
+
+
+def _lab_host(fleet: LabFleet, host: LabHostInfo) -> tuple[Any, Any]:
+    from vllmctl.lab import state
+    from vllmctl.lab.teardown import layout_of
+
+    saved = state.load(fleet.name)
+    if saved is None:
+        raise RuntimeError(f"no lab fleet named {fleet.name}")
+    layout = layout_of(saved)
+    (lab_host,) = [h for h in layout.hosts if h.name == host.name]
+    return layout, lab_host
+
+
+def power_off(fleet: LabFleet, host: LabHostInfo) -> None:
+    """Pull the plug: every process of the host killed at once (nothing shuts down in order, keepalived
+    sends no goodbye), its relaunch loop told not to boot it again, and its link down, since its network
+    namespace outlives it with the addresses it had."""
+    from vllmctl.lab import machines
+    from vllmctl.lab.teardown import host_dir
+
+    layout, lab_host = _lab_host(fleet, host)
+    (host_dir(fleet.name, lab_host) / "stop").touch()
+    for pid in machines.running_pids(layout, lab_host):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    subprocess.run(["ip", "link", "set", lab_host.veth, "down"], check=True)
+
+
+def in_mounts_of(fleet: LabFleet, host: LabHostInfo, argv: list[str]) -> None:
+    """Run `argv` here in the host's mount namespace (its systemd's): e.g. mount a small tmpfs on it."""
+    from vllmctl.lab import machines
+
+    layout, lab_host = _lab_host(fleet, host)
+    for pid in machines.running_pids(layout, lab_host):
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
+            subprocess.run(["nsenter", "-t", str(pid), "-m", *argv], check=True)
+            return
+    raise RuntimeError(f"{host.name}: its systemd is not running")

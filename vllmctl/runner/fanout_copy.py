@@ -138,9 +138,9 @@ class Copier:
             raise _Failed("source", exc.message) from exc
 
     def _end(self, source: SshTransport, target: SshTransport, keydir: str, token: str) -> None:
-        """Revoke and remove, whatever happened; a host that is gone keeps only a line that has no key
-        (the target's directory is gone) and expires on its own."""
-        steps = [(source, scripts.revoke(token), False), (target, scripts.cleanup(keydir), True)]
+        """Remove and revoke, whatever happened: the target's key first, so a source that is gone keeps
+        only a line no key opens, which expires on its own."""
+        steps = [(target, scripts.cleanup(keydir), True), (source, scripts.revoke(token), False)]
         for transport, command, sudo in steps:
             if transport is target and not keydir:
                 transport.close()

@@ -7,12 +7,10 @@ down."""
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +25,7 @@ import pytest
 import yaml
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
-from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+from vllmctl.lab.testing import LabFleet, LabHostInfo, power_off, start_fleet, stop_fleet
 
 pytestmark = pytest.mark.lab
 
@@ -132,24 +130,6 @@ class Stream:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(timeout=60)
-
-
-def power_off(fleet: LabFleet, host: LabHostInfo) -> None:
-    """Pull the plug: every process of the host killed at once (nothing shuts down in order, keepalived
-    sends no goodbye), its relaunch loop told not to boot it again, and its link down, since its network
-    namespace outlives it with the addresses it had."""
-    from vllmctl.lab import machines, state
-    from vllmctl.lab.teardown import host_dir, layout_of
-
-    saved = state.load(fleet.name)
-    assert saved is not None
-    layout = layout_of(saved)
-    (lab_host,) = [h for h in layout.hosts if h.name == host.name]
-    (host_dir(fleet.name, lab_host) / "stop").touch()
-    for pid in machines.running_pids(layout, lab_host):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    subprocess.run(["ip", "link", "set", lab_host.veth, "down"], check=True)
 
 
 @pytest.fixture(scope="module")

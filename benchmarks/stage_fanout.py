@@ -1,0 +1,339 @@
+"""Time until every host holds a verified copy of a controller model folder: the weights fan-out (#32) against
+the controller pushing every host its own copy, in one run on a lab fleet.
+
+Usage (root, lab tools installed):
+  python3 benchmarks/stage_fanout.py [--hosts 16] [--size-gib 1.0] [--controller-mbit 200] [--json-out PATH]
+
+A lab fleet of `--hosts` hosts stages one synthetic model folder (the lab's tiny model plus 4 random shards,
+`--size-gib` in all; cached at /var/tmp/vllmctl-fanout-bench/synth and reused while its sizes match) with
+`vllmctl apply --playbook <base_layout + model_staging> --fresh-facts --forks N`. The controller's link to the
+hosts (standing in for the hub or a WAN) is limited to `--controller-mbit` by a `tbf` root qdisc on the
+fleet's bridge: controller -> host traffic leaves through the bridge device and is shaped, bridged host <->
+host traffic never passes it (each copy's achieved rate is printed, so a reader sees it). Modes, in order:
+  single   one host, `staging: {fanout: false}`, `--limit <first host>`: one copy through the limited link
+  today    every host, `staging: {fanout: false}`: the controller pushes every host
+  fanout   every host, the default: the controller pushes one host, the hosts copy from each other (rsync)
+Before each mode the folder and the controller pushes' partials are removed from every host; after it, every
+file on every host is checked by `sudo sha256sum` against the controller's. A mode's time is the wall time of
+its `vllmctl apply`; a mode with a host not verified is reported failed. Ratios are against `single` from the
+same run. An untimed warm-up applies base_layout and installs rsync (timed apart: a first fan-out installs it
+itself). The record goes to benchmarks/data/stage_fanout-<date>.json unless `--json-out` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import filecmp
+import json
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllmctl.fanout.scripts import INSTALL
+from vllmctl.lab import state
+from vllmctl.lab.teardown import layout_of
+from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+from vllmctl.lab.tinymodel import ensure_tiny_model
+from vllmctl.paths import incoming_dir
+from vllmctl.runner.staging import local_manifest
+
+BENCH_DIR = Path("/var/tmp/vllmctl-fanout-bench")
+FOLDER = BENCH_DIR / "synth"  # on the controller, and at the same path on every host
+SHARDS = 4
+CHUNK = 64 << 20
+SSH_USER = "ops"
+GOAL_RATIO = 3.0
+PLAYBOOKS = {
+    "base": {"name": "base", "phases": [{"name": "base", "tasks": [{"task": "base_layout"}]}]},
+    "stage": {
+        "name": "stage",
+        "phases": [
+            {"name": "base", "tasks": [{"task": "base_layout"}]},
+            {"name": "models", "tasks": [{"task": "model_staging"}]},
+        ],
+    },
+}
+
+
+def ensure_folder(size_gib: float) -> Path:
+    """The tiny model's files plus SHARDS random shards, `size_gib` in all; shards of the right size kept."""
+    tiny = ensure_tiny_model()
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for source in sorted(p for p in tiny.iterdir() if p.is_file()):
+        dest = FOLDER / source.name
+        wanted.add(dest.name)
+        if not dest.is_file() or not filecmp.cmp(source, dest, shallow=False):
+            shutil.copyfile(source, dest)
+    tiny_bytes = sum((FOLDER / name).stat().st_size for name in wanted)
+    shard = max(CHUNK, (int(size_gib * 2**30) - tiny_bytes) // SHARDS)
+    for index in range(1, SHARDS + 1):
+        path = FOLDER / f"shard-{index:05d}-of-{SHARDS:05d}.bin"
+        wanted.add(path.name)
+        if path.is_file() and path.stat().st_size == shard:
+            continue
+        print(f"writing {path} ({shard / 2**20:,.0f} MiB)", flush=True)
+        partial = path.with_suffix(".partial")
+        with partial.open("wb") as out:
+            for start in range(0, shard, CHUNK):
+                out.write(os.urandom(min(CHUNK, shard - start)))
+        partial.rename(path)
+    for stray in FOLDER.iterdir():
+        if stray.name not in wanted:
+            shutil.rmtree(stray) if stray.is_dir() else stray.unlink()
+    return FOLDER
+
+
+def on_hosts(
+    fleet: LabFleet, command: str, timeout: float = 600
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        runs = {h.name: pool.submit(fleet.ssh, h, command, timeout) for h in fleet.hosts}
+    return {name: run.result() for name, run in runs.items()}
+
+
+def clear_hosts(fleet: LabFleet) -> None:
+    """The folder (the fan-out's incoming directory inside it too) and the controller pushes' partials."""
+    paths = shlex.join([str(FOLDER), incoming_dir(SSH_USER)])
+    for name, run in on_hosts(fleet, f"sudo rm -rf -- {paths}").items():
+        if run.returncode != 0:
+            raise SystemExit(f"clearing {name} failed: {run.stderr.strip()}")
+
+
+def verified_hosts(fleet: LabFleet, hosts: list[LabHostInfo], sums: dict[str, str]) -> list[str]:
+    """The hosts whose every file's sha256 matches the controller's."""
+    command = f"cd {shlex.quote(str(FOLDER))} && sudo sha256sum -- {shlex.join(sorted(sums))}"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = {h.name: pool.submit(fleet.ssh, h, command, 1800) for h in hosts}
+    good = []
+    for name, future in runs.items():
+        run = future.result()
+        pairs = [line.split(maxsplit=1) for line in run.stdout.splitlines() if line.strip()]
+        found = {name: digest for digest, name in pairs}
+        if run.returncode == 0 and found == sums:
+            good.append(name)
+    return good
+
+
+def write_inventory(fleet: LabFleet, work: Path, fanout: bool) -> Path:
+    doc = yaml.safe_load(fleet.inventory.read_text())
+    doc["models"] = {
+        "synth": {"source": str(FOLDER), "hosts": fleet.name, "engine_args": {"max_model_len": 256}}
+    }
+    if not fanout:
+        doc["staging"] = {"fanout": False}
+    path = work / ("fanout.yml" if fanout else "push.yml")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    subprocess.run([sys.executable, "-m", "vllmctl", "validate", str(path)], check=True, capture_output=True)
+    return path
+
+
+def apply(
+    argv: list[str], env: dict[str, str], timeout: float
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "vllmctl", "apply", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    return time.perf_counter() - started, run
+
+
+def copies_summary(staging: dict[str, Any]) -> dict[str, Any]:
+    """How the fan-out's hosts got the folder: sources histogram and each copy's achieved rate."""
+    hosts: dict[str, dict[str, Any]] = staging.get("hosts", {})
+    sources = Counter(c["source"] if c["status"] == "ok" else "failed (own push)" for c in hosts.values())
+    rates: dict[str, list[float]] = {"controller": [], "host": []}
+    for copy in hosts.values():
+        if copy["status"] == "ok" and copy["seconds"] > 0 and copy["bytes"] > 0:
+            kind = "controller" if copy["source"] == "controller" else "host"
+            rates[kind].append(round(copy["bytes"] / 2**20 / copy["seconds"], 1))
+    return {
+        "sources": dict(sources.most_common()),
+        "from_controller": sources.get("controller", 0),
+        "from_hosts": sum(n for s, n in sources.items() if s not in ("controller", "failed (own push)")),
+        "skipped": staging.get("skipped", {}),
+        "errors": {h: c["error"] for h, c in hosts.items() if c["status"] != "ok"},
+        "rates_mib_s": rates,
+    }
+
+
+def run_mode(mode: str, fleet: LabFleet, inventory: Path, work: Path, env: dict[str, str],
+             sums: dict[str, str], timeout: float) -> dict[str, Any]:  # fmt: skip
+    hosts = list(fleet.hosts[:1] if mode == "single" else fleet.hosts)
+    clear_hosts(fleet)
+    argv = [str(inventory), "--playbook", str(work / "stage.yml"), "--yes", "--json", "--fresh-facts",
+            "--forks", str(len(fleet.hosts)), "--timeout", str(int(timeout))]  # fmt: skip
+    if mode == "single":
+        argv += ["--limit", hosts[0].name]
+    print(f"{mode}: staging {len(hosts)} host(s)...", flush=True)
+    wall, run = apply(argv, env, timeout)
+    try:
+        doc = json.loads(run.stdout)
+    except ValueError:
+        doc = {}
+    verified = verified_hosts(fleet, hosts, sums)
+    record: dict[str, Any] = {
+        "hosts": len(hosts),
+        "wall_s": round(wall, 2),
+        "rc": run.returncode,
+        "verified": len(verified),
+        "ok": run.returncode == 0 and len(verified) == len(hosts),
+    }
+    staging = doc.get("staging", {}).get(str(FOLDER))
+    if staging is not None:
+        record["copies"] = copies_summary(staging)
+    if not record["ok"]:
+        record["stderr_tail"] = run.stderr[-3000:]
+        print(f"{mode}: FAILED (rc {run.returncode}, {len(verified)}/{len(hosts)} verified)\n{run.stderr}")
+    return record
+
+
+def spread(rates: list[float]) -> str:
+    if not rates:
+        return "-"
+    low, high = min(rates), max(rates)
+    return f"median {statistics.median(rates):,.1f} MiB/s (min {low:,.1f}, max {high:,.1f}, n={len(rates)})"
+
+
+def report(result: dict[str, Any]) -> None:
+    modes: dict[str, Any] = result["modes"]
+    single = modes["single"]["wall_s"]
+    mbit = result["controller_mbit"]
+    print(
+        f"\nfolder {result['folder_mib']:,.0f} MiB ({result['files']} files), controller link {mbit} mbit/s"
+    )
+    print(f"{'mode':<8} {'hosts':>5} {'wall s':>9} {'x single':>9} {'verified':>9}  result")
+    for mode, r in modes.items():
+        cells = f"{mode:<8} {r['hosts']:>5} {r['wall_s']:>9.1f} {r['wall_s'] / single:>8.2f}x"
+        print(f"{cells} {r['verified']:>5}/{r['hosts']:<3}  {'ok' if r['ok'] else 'FAILED'}")
+    achieved = result["folder_mib"] / single
+    print(
+        f"single: {achieved:,.1f} MiB/s through the limited link (folder / wall, apply's overhead included)"
+    )
+    copies = modes["fanout"].get("copies")
+    if copies:
+        counts = f"{copies['from_controller']} from the controller, {copies['from_hosts']} from hosts"
+        print(f"fanout copies: {counts}")
+        print(f"  sources: {copies['sources']}")
+        print(f"  controller -> host: {spread(copies['rates_mib_s']['controller'])}")
+        print(f"  host -> host:       {spread(copies['rates_mib_s']['host'])}")
+        for host, why in {**copies["skipped"], **copies["errors"]}.items():
+            print(f"  {host}: {why}")
+    else:
+        print("fanout: no fan-out in the JSON record (staging is empty)")
+    ratio = modes["fanout"]["wall_s"] / single
+    met = "met" if modes["fanout"]["ok"] and ratio <= GOAL_RATIO else "NOT met"
+    print(f"goal: fan-out within {GOAL_RATIO:g}x one host's single copy at {result['hosts']} hosts: "
+          f"{ratio:.2f}x, {met} (today's push: {modes['today']['wall_s'] / single:.2f}x)")  # fmt: skip
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=16)
+    parser.add_argument("--size-gib", type=float, default=1.0, help="the synthetic model folder's size")
+    parser.add_argument(
+        "--controller-mbit", type=int, default=200, help="the controller's link rate (tc tbf)"
+    )
+    parser.add_argument("--name", default=f"bfan{os.getpid()}", help="the lab fleet's name")
+    today = datetime.date.today().isoformat()
+    default_out = Path(__file__).resolve().parent / "data" / f"stage_fanout-{today}.json"
+    parser.add_argument("--json-out", type=Path, default=default_out)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+    folder = ensure_folder(args.size_gib)
+    manifest = local_manifest(str(folder), BENCH_DIR / "sha256.json") or []
+    sums = {f["name"]: f["sha256"] for f in manifest}
+    folder_mib = sum(f["size"] for f in manifest) / 2**20
+    # every push through the limited link, all hosts at once, with room to spare
+    timeout = 600 + 3 * args.hosts * folder_mib * 8.4 / args.controller_mbit
+    bridge = ""
+    with tempfile.TemporaryDirectory(prefix="vllmctl-stage-fanout-") as tmp:
+        work = Path(tmp)
+        cache = work / "cache" / "vllmctl"
+        cache.mkdir(parents=True)
+        shutil.copyfile(BENCH_DIR / "sha256.json", cache / "sha256.json")  # apply hashes nothing again
+        env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(work / "state"),
+               "XDG_CACHE_HOME": str(work / "cache")}  # fmt: skip
+        for name, playbook in PLAYBOOKS.items():
+            (work / f"{name}.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+        try:
+            print(f"lab up {args.name} ({args.hosts} hosts)...", flush=True)
+            fleet = start_fleet(args.name, args.hosts, work / "lab.yml")
+            saved = state.load(args.name)
+            assert saved is not None
+            bridge = layout_of(saved).bridge
+            push, fan = write_inventory(fleet, work, False), write_inventory(fleet, work, True)
+            wall, run = apply([str(push), "--playbook", str(work / "base.yml"), "--yes", "--json",
+                               "--forks", str(args.hosts)], env, timeout)  # fmt: skip
+            if run.returncode != 0:
+                raise SystemExit(f"warm-up apply failed:\n{run.stderr[-3000:]}")
+            started = time.perf_counter()
+            failed = {
+                n: r.stderr
+                for n, r in on_hosts(fleet, f"sudo sh -c {shlex.quote(INSTALL)}").items()
+                if r.returncode
+            }
+            if failed:
+                raise SystemExit(f"installing rsync failed: {failed}")
+            rsync_s = time.perf_counter() - started
+            print(
+                f"warm-up: base_layout {wall:.1f} s, rsync installed on every host in {rsync_s:.1f} s",
+                flush=True,
+            )
+            rate = f"{args.controller_mbit}mbit"
+            tbf = ["tbf", "rate", rate, "burst", "256kb", "latency", "200ms"]
+            subprocess.run(["tc", "qdisc", "replace", "dev", bridge, "root", *tbf], check=True)
+            modes = {mode: run_mode(mode, fleet, push if mode != "fanout" else fan, work, env, sums, timeout)
+                     for mode in ("single", "today", "fanout")}  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave the fleet behind
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if bridge:
+                subprocess.run(
+                    ["tc", "qdisc", "del", "dev", bridge, "root"], check=False, capture_output=True
+                )
+            stop_fleet(args.name)
+    result = {
+        "date": today,
+        "hosts": args.hosts,
+        "controller_mbit": args.controller_mbit,
+        "folder_mib": round(folder_mib, 1),
+        "files": len(manifest),
+        "warmup": {"rsync_install_s": round(rsync_s, 2)},
+        "modes": modes,
+        "goal": {"ratio": round(modes["fanout"]["wall_s"] / modes["single"]["wall_s"], 2), "max": GOAL_RATIO},
+        "args": {**vars(args), "json_out": str(args.json_out)},
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg()[0],
+    }
+    report(result)
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"record: {args.json_out}")
+    return 0 if all(r["ok"] for r in modes.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
