@@ -6,6 +6,7 @@ controller's push in its own run, as before."""
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -106,10 +107,11 @@ def run_fanout(
     schedule = Schedule(list(fanout.holders), list(fanout.stale), settings.per_source, labels)
     copier = Copier(fanout, contexts, timeout, secrets.token_hex(8))
     running: dict[Future[CopyOutcome], Copy] = {}
+    numbers = itertools.count(1)
     with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
         while True:
             for copy in schedule.next_copies():
-                running[pool.submit(copier.run, copy)] = copy
+                running[pool.submit(copier.run, copy, next(numbers))] = copy
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)

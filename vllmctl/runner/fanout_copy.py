@@ -40,15 +40,15 @@ class Copier:
         self, fanout: FolderFanout, contexts: Mapping[str, HostContext], timeout: float, token: str
     ) -> None:
         self.fanout, self.contexts, self.timeout, self.token = fanout, contexts, timeout, token
-        self._count = 0
 
     def transport(self, host: str) -> SshTransport:
         return SshTransport(self.contexts[host].host)
 
-    def run(self, copy: Copy, clock: Callable[[], float] = time.monotonic) -> CopyOutcome:
+    def run(self, copy: Copy, number: int, clock: Callable[[], float] = time.monotonic) -> CopyOutcome:
+        """The copy; `number` (unique in the run, given out by the one thread that schedules) names its
+        grant, so one copy's revocation never closes another's."""
         start = clock()
-        self._count += 1
-        token = f"{self.token}{self._count:04x}"
+        token = f"{self.token}{number:04x}"
         try:
             sent = self._push(copy.target) if copy.source == CONTROLLER else self._pull(copy, token)
         except _Failed as failed:
