@@ -36,7 +36,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,9 @@ SHARDS = 4
 CHUNK = 64 << 20
 SSH_USER = "ops"
 GOAL_RATIO = 3.0
+OWN_PUSH = "failed (own push)"
+MODES = ("single", "today", "fanout")
+Done = subprocess.CompletedProcess[str]
 PLAYBOOKS = {
     "base": {"name": "base", "phases": [{"name": "base", "tasks": [{"task": "base_layout"}]}]},
     "stage": {
@@ -97,42 +102,48 @@ def ensure_folder(size_gib: float) -> Path:
     return FOLDER
 
 
-def on_hosts(
-    fleet: LabFleet, command: str, timeout: float = 600
-) -> dict[str, subprocess.CompletedProcess[str]]:
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        runs = {h.name: pool.submit(fleet.ssh, h, command, timeout) for h in fleet.hosts}
-    return {name: run.result() for name, run in runs.items()}
+@dataclass(frozen=True)
+class Bench:
+    fleet: LabFleet
+    work: Path
+    env: dict[str, str]
+    sums: dict[str, str]  # file name -> the controller's sha256
+    timeout: float  # seconds for one `vllmctl apply` and one remote command in it
+    logs: Path | None
 
+    def on_hosts(self, command: str, hosts: Sequence[LabHostInfo] = ()) -> dict[str, Done]:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            runs = {h.name: pool.submit(self.fleet.ssh, h, command, 1800) for h in hosts or self.fleet.hosts}
+        return {name: run.result() for name, run in runs.items()}
 
-def clear_hosts(fleet: LabFleet) -> None:
-    """The folder (the fan-out's incoming directory inside it too) and the controller pushes' partials."""
-    paths = shlex.join([str(FOLDER), incoming_dir(SSH_USER)])
-    for name, run in on_hosts(fleet, f"sudo rm -rf -- {paths}").items():
-        if run.returncode != 0:
-            raise SystemExit(f"clearing {name} failed: {run.stderr.strip()}")
+    def clear(self) -> None:
+        """The folder (the fan-out's incoming directory inside it too) and the controller pushes' partials."""
+        paths = shlex.join([str(FOLDER), incoming_dir(SSH_USER)])
+        for name, run in self.on_hosts(f"sudo rm -rf -- {paths}").items():
+            if run.returncode != 0:
+                raise SystemExit(f"clearing {name} failed: {run.stderr.strip()}")
 
+    def verified(self, hosts: Sequence[LabHostInfo]) -> list[str]:
+        """The hosts whose every file's sha256 matches the controller's."""
+        command = f"cd {shlex.quote(str(FOLDER))} && sudo sha256sum -- {shlex.join(sorted(self.sums))}"
+        good = []
+        for name, run in self.on_hosts(command, hosts).items():
+            pairs = [line.split(maxsplit=1) for line in run.stdout.splitlines() if line.strip()]
+            if run.returncode == 0 and {file: digest for digest, file in pairs} == self.sums:
+                good.append(name)
+        return good
 
-def verified_hosts(fleet: LabFleet, hosts: list[LabHostInfo], sums: dict[str, str]) -> list[str]:
-    """The hosts whose every file's sha256 matches the controller's."""
-    command = f"cd {shlex.quote(str(FOLDER))} && sudo sha256sum -- {shlex.join(sorted(sums))}"
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        runs = {h.name: pool.submit(fleet.ssh, h, command, 1800) for h in hosts}
-    good = []
-    for name, future in runs.items():
-        run = future.result()
-        pairs = [line.split(maxsplit=1) for line in run.stdout.splitlines() if line.strip()]
-        found = {name: digest for digest, name in pairs}
-        if run.returncode == 0 and found == sums:
-            good.append(name)
-    return good
+    def apply(self, argv: list[str]) -> tuple[float, Done]:
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "vllmctl", "apply", *argv, "--yes", "--json"]
+        run = subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=self.timeout)
+        return time.perf_counter() - started, run
 
 
 def write_inventory(fleet: LabFleet, work: Path, fanout: bool) -> Path:
     doc = yaml.safe_load(fleet.inventory.read_text())
-    doc["models"] = {
-        "synth": {"source": str(FOLDER), "hosts": fleet.name, "engine_args": {"max_model_len": 256}}
-    }
+    model = {"source": str(FOLDER), "hosts": fleet.name, "engine_args": {"max_model_len": 256}}
+    doc["models"] = {"synth": model}
     if not fanout:
         doc["staging"] = {"fanout": False}
     path = work / ("fanout.yml" if fanout else "push.yml")
@@ -141,24 +152,10 @@ def write_inventory(fleet: LabFleet, work: Path, fanout: bool) -> Path:
     return path
 
 
-def apply(
-    argv: list[str], env: dict[str, str], timeout: float
-) -> tuple[float, subprocess.CompletedProcess[str]]:
-    started = time.perf_counter()
-    run = subprocess.run(
-        [sys.executable, "-m", "vllmctl", "apply", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-    return time.perf_counter() - started, run
-
-
 def copies_summary(staging: dict[str, Any]) -> dict[str, Any]:
     """How the fan-out's hosts got the folder: sources histogram and each copy's achieved rate."""
     hosts: dict[str, dict[str, Any]] = staging.get("hosts", {})
-    sources = Counter(c["source"] if c["status"] == "ok" else "failed (own push)" for c in hosts.values())
+    sources = Counter(c["source"] if c["status"] == "ok" else OWN_PUSH for c in hosts.values())
     rates: dict[str, list[float]] = {"controller": [], "host": []}
     for copy in hosts.values():
         if copy["status"] == "ok" and copy["seconds"] > 0 and copy["bytes"] > 0:
@@ -167,39 +164,37 @@ def copies_summary(staging: dict[str, Any]) -> dict[str, Any]:
     return {
         "sources": dict(sources.most_common()),
         "from_controller": sources.get("controller", 0),
-        "from_hosts": sum(n for s, n in sources.items() if s not in ("controller", "failed (own push)")),
+        "from_hosts": sum(n for s, n in sources.items() if s not in ("controller", OWN_PUSH)),
         "skipped": staging.get("skipped", {}),
         "errors": {h: c["error"] for h, c in hosts.items() if c["status"] != "ok"},
         "rates_mib_s": rates,
     }
 
 
-def run_mode(mode: str, fleet: LabFleet, inventory: Path, work: Path, env: dict[str, str],
-             sums: dict[str, str], timeout: float) -> dict[str, Any]:  # fmt: skip
-    hosts = list(fleet.hosts[:1] if mode == "single" else fleet.hosts)
-    clear_hosts(fleet)
-    argv = [str(inventory), "--playbook", str(work / "stage.yml"), "--yes", "--json", "--fresh-facts",
-            "--forks", str(len(fleet.hosts)), "--timeout", str(int(timeout))]  # fmt: skip
+def run_mode(bench: Bench, mode: str, inventory: Path) -> dict[str, Any]:
+    hosts = list(bench.fleet.hosts[:1] if mode == "single" else bench.fleet.hosts)
+    bench.clear()
+    argv = [str(inventory), "--playbook", str(bench.work / "stage.yml"), "--fresh-facts",
+            "--forks", str(len(bench.fleet.hosts)), "--timeout", str(int(bench.timeout))]  # fmt: skip
     if mode == "single":
         argv += ["--limit", hosts[0].name]
     print(f"{mode}: staging {len(hosts)} host(s)...", flush=True)
-    wall, run = apply(argv, env, timeout)
+    wall, run = bench.apply(argv)
+    if bench.logs is not None:
+        (bench.logs / f"{mode}.stdout.json").write_text(run.stdout)
+        (bench.logs / f"{mode}.stderr").write_text(run.stderr)
     try:
         doc = json.loads(run.stdout)
     except ValueError:
         doc = {}
-    verified = verified_hosts(fleet, hosts, sums)
-    record: dict[str, Any] = {
-        "hosts": len(hosts),
-        "wall_s": round(wall, 2),
-        "rc": run.returncode,
-        "verified": len(verified),
-        "ok": run.returncode == 0 and len(verified) == len(hosts),
-    }
+    verified = bench.verified(hosts)
+    ok = run.returncode == 0 and len(verified) == len(hosts)
+    record: dict[str, Any] = {"hosts": len(hosts), "wall_s": round(wall, 2), "rc": run.returncode,
+                              "verified": len(verified), "ok": ok}  # fmt: skip
     staging = doc.get("staging", {}).get(str(FOLDER))
     if staging is not None:
         record["copies"] = copies_summary(staging)
-    if not record["ok"]:
+    if not ok:
         record["stderr_tail"] = run.stderr[-3000:]
         print(f"{mode}: FAILED (rc {run.returncode}, {len(verified)}/{len(hosts)} verified)\n{run.stderr}")
     return record
@@ -214,30 +209,26 @@ def spread(rates: list[float]) -> str:
 
 def report(result: dict[str, Any]) -> None:
     modes: dict[str, Any] = result["modes"]
-    single = modes["single"]["wall_s"]
-    mbit = result["controller_mbit"]
-    print(
-        f"\nfolder {result['folder_mib']:,.0f} MiB ({result['files']} files), controller link {mbit} mbit/s"
-    )
+    single, mbit = modes["single"]["wall_s"], result["controller_mbit"]
+    print(f"\nfolder {result['folder_mib']:,.0f} MiB ({result['files']} files); controller link: tbf {mbit} "
+          f"mbit/s = {mbit / 8 / 1.048576:,.1f} MiB/s, host <-> host links not limited")  # fmt: skip
     print(f"{'mode':<8} {'hosts':>5} {'wall s':>9} {'x single':>9} {'verified':>9}  result")
     for mode, r in modes.items():
         cells = f"{mode:<8} {r['hosts']:>5} {r['wall_s']:>9.1f} {r['wall_s'] / single:>8.2f}x"
         print(f"{cells} {r['verified']:>5}/{r['hosts']:<3}  {'ok' if r['ok'] else 'FAILED'}")
-    achieved = result["folder_mib"] / single
     print(
-        f"single: {achieved:,.1f} MiB/s through the limited link (folder / wall, apply's overhead included)"
+        f"single: {result['folder_mib'] / single:,.1f} MiB/s through the limited link (folder / apply's wall)"
     )
     copies = modes["fanout"].get("copies")
     if copies:
-        counts = f"{copies['from_controller']} from the controller, {copies['from_hosts']} from hosts"
-        print(f"fanout copies: {counts}")
-        print(f"  sources: {copies['sources']}")
+        print(f"fanout copies: {copies['from_controller']} from the controller, {copies['from_hosts']} from "
+              f"hosts; sources {copies['sources']}")  # fmt: skip
         print(f"  controller -> host: {spread(copies['rates_mib_s']['controller'])}")
         print(f"  host -> host:       {spread(copies['rates_mib_s']['host'])}")
         for host, why in {**copies["skipped"], **copies["errors"]}.items():
             print(f"  {host}: {why}")
     else:
-        print("fanout: no fan-out in the JSON record (staging is empty)")
+        print("fanout: no fan-out in apply's JSON (its `staging` is empty)")
     ratio = modes["fanout"]["wall_s"] / single
     met = "met" if modes["fanout"]["ok"] and ratio <= GOAL_RATIO else "NOT met"
     print(f"goal: fan-out within {GOAL_RATIO:g}x one host's single copy at {result['hosts']} hosts: "
@@ -252,28 +243,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=16)
     parser.add_argument("--size-gib", type=float, default=1.0, help="the synthetic model folder's size")
-    parser.add_argument(
-        "--controller-mbit", type=int, default=200, help="the controller's link rate (tc tbf)"
-    )
+    parser.add_argument("--controller-mbit", type=int, default=200, help="the controller's link (tc tbf)")
     parser.add_argument("--name", default=f"bfan{os.getpid()}", help="the lab fleet's name")
     today = datetime.date.today().isoformat()
     default_out = Path(__file__).resolve().parent / "data" / f"stage_fanout-{today}.json"
     parser.add_argument("--json-out", type=Path, default=default_out)
+    parser.add_argument(
+        "--log-dir", type=Path, help="keep each mode's `vllmctl apply` stdout and stderr here"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
-    folder = ensure_folder(args.size_gib)
-    manifest = local_manifest(str(folder), BENCH_DIR / "sha256.json") or []
-    sums = {f["name"]: f["sha256"] for f in manifest}
+    if args.log_dir:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+    manifest = local_manifest(str(ensure_folder(args.size_gib)), BENCH_DIR / "sha256.json") or []
     folder_mib = sum(f["size"] for f in manifest) / 2**20
-    # every push through the limited link, all hosts at once, with room to spare
+    # every host's push through the limited link at once, three times over
     timeout = 600 + 3 * args.hosts * folder_mib * 8.4 / args.controller_mbit
     bridge = ""
     with tempfile.TemporaryDirectory(prefix="vllmctl-stage-fanout-") as tmp:
         work = Path(tmp)
-        cache = work / "cache" / "vllmctl"
-        cache.mkdir(parents=True)
-        shutil.copyfile(BENCH_DIR / "sha256.json", cache / "sha256.json")  # apply hashes nothing again
+        (work / "cache" / "vllmctl").mkdir(parents=True)
+        shutil.copyfile(BENCH_DIR / "sha256.json", work / "cache" / "vllmctl" / "sha256.json")  # no re-hash
         env = {**os.environ, "NO_COLOR": "1", "XDG_STATE_HOME": str(work / "state"),
                "XDG_CACHE_HOME": str(work / "cache")}  # fmt: skip
         for name, playbook in PLAYBOOKS.items():
@@ -284,29 +275,23 @@ def main() -> int:
             saved = state.load(args.name)
             assert saved is not None
             bridge = layout_of(saved).bridge
+            sums = {f["name"]: f["sha256"] for f in manifest}
+            bench = Bench(fleet, work, env, sums, timeout, args.log_dir)
             push, fan = write_inventory(fleet, work, False), write_inventory(fleet, work, True)
-            wall, run = apply([str(push), "--playbook", str(work / "base.yml"), "--yes", "--json",
-                               "--forks", str(args.hosts)], env, timeout)  # fmt: skip
+            wall, run = bench.apply(
+                [str(push), "--playbook", str(work / "base.yml"), "--forks", str(args.hosts)]
+            )
             if run.returncode != 0:
                 raise SystemExit(f"warm-up apply failed:\n{run.stderr[-3000:]}")
             started = time.perf_counter()
-            failed = {
-                n: r.stderr
-                for n, r in on_hosts(fleet, f"sudo sh -c {shlex.quote(INSTALL)}").items()
-                if r.returncode
-            }
-            if failed:
+            installs = bench.on_hosts(f"sudo sh -c {shlex.quote(INSTALL)}")
+            if failed := {name: r.stderr for name, r in installs.items() if r.returncode}:
                 raise SystemExit(f"installing rsync failed: {failed}")
             rsync_s = time.perf_counter() - started
-            print(
-                f"warm-up: base_layout {wall:.1f} s, rsync installed on every host in {rsync_s:.1f} s",
-                flush=True,
-            )
-            rate = f"{args.controller_mbit}mbit"
-            tbf = ["tbf", "rate", rate, "burst", "256kb", "latency", "200ms"]
+            print(f"warm-up: base_layout {wall:.1f} s, rsync installed on every host in {rsync_s:.1f} s")
+            tbf = ["tbf", "rate", f"{args.controller_mbit}mbit", "burst", "256kb", "latency", "200ms"]
             subprocess.run(["tc", "qdisc", "replace", "dev", bridge, "root", *tbf], check=True)
-            modes = {mode: run_mode(mode, fleet, push if mode != "fanout" else fan, work, env, sums, timeout)
-                     for mode in ("single", "today", "fanout")}  # fmt: skip
+            modes = {mode: run_mode(bench, mode, fan if mode == "fanout" else push) for mode in MODES}
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave the fleet behind
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -316,18 +301,13 @@ def main() -> int:
                 )
             stop_fleet(args.name)
     result = {
-        "date": today,
-        "hosts": args.hosts,
-        "controller_mbit": args.controller_mbit,
-        "folder_mib": round(folder_mib, 1),
-        "files": len(manifest),
-        "warmup": {"rsync_install_s": round(rsync_s, 2)},
+        "date": today, "hosts": args.hosts, "controller_mbit": args.controller_mbit,
+        "folder_mib": round(folder_mib, 1), "files": len(manifest), "rsync_install_s": round(rsync_s, 2),
         "modes": modes,
         "goal": {"ratio": round(modes["fanout"]["wall_s"] / modes["single"]["wall_s"], 2), "max": GOAL_RATIO},
-        "args": {**vars(args), "json_out": str(args.json_out)},
-        "cpus": os.cpu_count(),
-        "load": os.getloadavg()[0],
-    }
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "cpus": os.cpu_count(), "load": os.getloadavg()[0],
+    }  # fmt: skip
     report(result)
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -336,4 +316,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted: the lab fleet and the qdisc were removed") from None

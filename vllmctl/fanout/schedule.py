@@ -30,6 +30,7 @@ class Schedule:
     tried: dict[str, set[str]] = field(default_factory=dict)  # target -> sources that failed it
     bad: set[str] = field(default_factory=set)  # sources that died or served a corrupt copy
     failed: dict[str, str] = field(default_factory=dict)  # target -> why it got no copy
+    copying: set[str] = field(default_factory=set)  # targets with a copy under way
 
     @property
     def done(self) -> bool:
@@ -70,17 +71,20 @@ class Schedule:
 
     def _start(self, target: str, source: str) -> Copy:
         self.pending.remove(target)
+        self.copying.add(target)
         self.busy[source] = self.busy.get(source, 0) + 1
         return Copy(target, source)
 
     def finished(self, copy: Copy) -> None:
         """`copy` arrived and was verified: its target now serves others."""
         self.busy[copy.source] -= 1
+        self.copying.discard(copy.target)
         self.holders.append(copy.target)
 
     def source_failed(self, copy: Copy, why: str) -> None:
         """The source died or sent a corrupt copy: it serves no one else; the target tries another source."""
         self.busy[copy.source] -= 1
+        self.copying.discard(copy.target)
         if copy.source != CONTROLLER:
             self.bad.add(copy.source)
         tried = self.tried.setdefault(copy.target, set())
@@ -93,10 +97,14 @@ class Schedule:
     def target_failed(self, copy: Copy, why: str) -> None:
         """The target cannot take a copy (unreachable, disk full): no other source would help."""
         self.busy[copy.source] -= 1
+        self.copying.discard(copy.target)
         self.failed[copy.target] = why
 
     def requeue(self, host: str) -> None:
-        """A holder found corrupt is a target again (never its own source)."""
+        """A holder found corrupt is a target again (never its own source); once, however many copies from it
+        failed, and not while a copy to it is under way."""
+        if host in self.pending or host in self.copying:
+            return
         if host in self.holders:
             self.holders.remove(host)
         self.tried.setdefault(host, set()).add(host)
@@ -141,6 +149,7 @@ class FolderFanout:
     stale: dict[str, list[Mapping[str, Any]]]  # target -> the files it lacks
     recorded: dict[str, dict[str, Any]]  # target -> its manifest's entries before the fan-out
     skipped: dict[str, str] = field(default_factory=dict)  # host -> why it is left to its own push
+    planned: dict[str, str] = field(default_factory=dict)  # target -> its source in the preview
     copies: dict[str, HostCopy] = field(default_factory=dict)
 
     def rounds(self, per_source: int, labels: Mapping[str, str]) -> list[list[Copy]]:
@@ -152,3 +161,17 @@ class FolderFanout:
             "skipped": self.skipped,
             "hosts": {host: vars(copy) for host, copy in self.copies.items()},
         }
+
+
+@dataclass(frozen=True)
+class FanoutCopy:
+    """One host's copy of a folder, shown among its steps: run before the host's own run, never by it."""
+
+    folder: str
+    source: str
+    files: int
+    size: int
+
+    def render(self) -> str:
+        what = f"{self.files} files, {self.size:,} bytes, sha256 checked"
+        return f"fan-out copy {self.folder} from {self.source} ({what})"

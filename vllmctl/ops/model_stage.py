@@ -215,6 +215,8 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
     )
     if not stale and not gone and not ignored and host["exists"]:
         return noop("model_sync", dest, f"{len(files)} files in {dest} match their sha256")
+    if args.get("fanned_out") and not gone and not ignored:  # --check: the fan-out's copy comes first
+        return noop("model_sync", dest, f"{len(stale)} files copied by the fan-out before this run")
     _check_space(dest, sum(f["size"] for f in stale) / 2**20, facts, f"model files for {dest}")
     owner, group = str(args.get("owner", "root")), str(args.get("group", "root"))
     dirs = sorted({posixpath.dirname(posixpath.join(dest, f["name"])) for f in stale} | {dest})
@@ -233,4 +235,4 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
 MODEL_DOWNLOAD = Operation(
     "model_download", _hub_facts, _plan_hub, {"revision": None, "size_mib": 0, "link": None}
 )
-MODEL_SYNC = Operation("model_sync", _sync_facts, _plan_sync)
+MODEL_SYNC = Operation("model_sync", _sync_facts, _plan_sync, {"fanned_out": False})

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllmctl.bench.readiness import FLOOR_S
-from vllmctl.catalog.arch import ModelArch
 from vllmctl.console import Ui
-from vllmctl.errors import InputError, VllmctlError
+from vllmctl.errors import VllmctlError
+from vllmctl.fanout.schedule import FolderFanout
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.controller import LocalFiles
 from vllmctl.inventory.model import Inventory
@@ -28,6 +28,7 @@ from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owne
 from vllmctl.runner.engine_cuda import with_engine_cuda
 from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
+from vllmctl.runner.fanout import fan_out_first, record_fanout
 from vllmctl.runner.fleet import (
     cached_ssh_remote,
     deployment_plans,
@@ -42,18 +43,16 @@ from vllmctl.runner.fleet import (
     select_hosts,
     ssh_remote,
 )
-from vllmctl.runner.gateway import fleet_servers, ssh_gateway
+from vllmctl.runner.gateway import fleet_servers, gateway_plans, gateway_secrets, ssh_gateway
 from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
 from vllmctl.runner.view import Progress
-from vllmctl.tasks.desired import HostContext, ModelPlan, render_env
-from vllmctl.tasks.gateway import TLS_SECRET
+from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
 
 if TYPE_CHECKING:  # imported where used: a run with no gate and no multi-node model never loads them
-    from vllmctl.fanout.schedule import FolderFanout
     from vllmctl.multinode.plan import ClusterPlan
     from vllmctl.runner.apply_groups import GroupRun
 
@@ -212,35 +211,6 @@ def gathered_gpus(
     return gpu_facts_from(gathered, ui), host_resources_from(gathered)
 
 
-def gateway_plans(
-    inventory: Inventory,
-    hosts: list[str],
-    plans: dict[str, dict[str, ModelPlan]],
-    gpus: Mapping[str, GpuFacts],
-    archs: Mapping[str, ModelArch],
-    resources: Mapping[str, HostResources],
-) -> dict[str, dict[str, ModelPlan]]:
-    """The plans of every host behind the gateway, also those --limit left out: its config lists them all."""
-    if inventory.gateway is None:
-        return {}
-    behind = {h for name in inventory.gateway.ports for h in inventory.models[name].hosts}
-    if behind <= set(hosts):
-        return plans
-    return deployment_plans(inventory, sorted(behind), gpus, archs=archs, resources=resources)
-
-
-def gateway_secrets(inventory: Inventory) -> dict[str, str]:
-    """The gateway's TLS bundle (certificate, then key) read on the controller, under a name no secret has."""
-    tls = inventory.gateway.tls if inventory.gateway else None
-    if tls is None:
-        return {}
-    try:
-        texts = [Path(path).expanduser().read_text() for path in (tls.cert, tls.key)]
-    except OSError as exc:
-        raise InputError(f"gateway.tls: cannot read {exc.filename}: {exc.strerror}", "fix the path") from exc
-    return {TLS_SECRET: "".join(text if text.endswith("\n") else text + "\n" for text in texts)}
-
-
 def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     """Plan, then converge every selected host (releases gated per host), then each multi-node group;
     the local audit log records what was done."""
@@ -270,11 +240,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     }
     if any(task.task == "engine_install" for phase in playbook.phases for task in phase.tasks):
         contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
-    staging: list[FolderFanout] = []
-    if any(task.task == "model_staging" for phase in playbook.phases for task in phase.tasks):
-        from vllmctl.runner.fanout import stage_folders
-
-        staging = stage_folders(contexts, inventory.staging, args.check, args.forks, args.timeout, ui.info)
+    staging, contexts = fan_out_first(playbook, contexts, inventory.staging, args.check, args.forks, ui.info)
     guard: RolloutGuard | None = None
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
@@ -305,6 +271,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     finally:
         if guard is not None:
             guard.close()
+    record_fanout(result, staging, args.check)
     if guard is not None:
         for name, host in result.hosts.items():
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []

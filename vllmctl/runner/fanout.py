@@ -10,16 +10,20 @@ import itertools
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 from vllmctl.fanout import scripts
-from vllmctl.fanout.schedule import Copy, FolderFanout, HostCopy, Schedule
+from vllmctl.fanout.schedule import Copy, FanoutCopy, FolderFanout, HostCopy, Schedule
 from vllmctl.inventory.model import StagingSettings
+from vllmctl.ops import Step
 from vllmctl.ops.model_stage import DISK_MARGIN
 from vllmctl.runner.fanout_copy import Copier, CopyOutcome
 from vllmctl.runner.fleet import on_each_host
+from vllmctl.runner.results import RunResult, StepResult
 from vllmctl.tasks.adapters import staged_sources
 from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.playbooks import Playbook
 
 Files = Sequence[Mapping[str, Any]]
 
@@ -44,24 +48,47 @@ def _stale(files: Files, host: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ]
 
 
+FANOUT_TIMEOUT_S = 6 * 3600.0  # one copy of a multi-hundred-GB folder; a dead source is found by keepalives
+PEERS_READ = 8  # hosts outside --limit asked per folder whether they hold it (sources, never targets)
+
+
+def peers_of(contexts: Mapping[str, HostContext]) -> dict[str, HostContext]:
+    """The inventory's hosts that --limit left out, as contexts that may serve a folder they hold."""
+    if not contexts:
+        return {}
+    first = next(iter(contexts.values()))
+    return {
+        name: HostContext(first.inventory, host, local_files=first.local_files)
+        for name, host in first.inventory.hosts.items()
+        if name not in contexts
+    }
+
+
 def survey(
-    contexts: Mapping[str, HostContext], settings: StagingSettings, forks: int, timeout: float
+    contexts: Mapping[str, HostContext],
+    peers: Mapping[str, HostContext],
+    settings: StagingSettings,
+    forks: int,
+    timeout: float,
 ) -> list[FolderFanout]:
-    """The folders worth fanning out (two hosts need one, or one needs it and another holds it), with what
-    each host holds, read in one round trip per host."""
-    folders = staged_folders(contexts)
-    wanted = {f: hosts for f, hosts in folders.items() if len(hosts) >= 2}
-    if not settings.fanout or not wanted:
+    """The folders worth fanning out (two selected hosts need one, or one needs it and another host holds
+    it, --limit or not), with what each host holds, read in one round trip per host."""
+    if not settings.fanout:
         return []
+    selected = staged_folders(contexts)
+    outside = {f: hosts[:PEERS_READ] for f, hosts in staged_folders(peers).items() if f in selected}
+    wanted = {f: hosts for f, hosts in selected.items() if len(hosts) + len(outside.get(f, ())) >= 2}
+    outside = {f: hosts for f, hosts in outside.items() if f in wanted}
     per_host: dict[str, tuple[str, ...]] = {}
-    for folder, hosts in wanted.items():
+    for folder, hosts in [*wanted.items(), *outside.items()]:
         for host in hosts:
             per_host[host] = (*per_host.get(host, ()), folder)
-    subset = {name: contexts[name] for name in per_host}
+    everyone = {**contexts, **peers}
+    subset = {name: everyone[name] for name in per_host}
 
     def read(remote: Any) -> dict[str, Any]:
         mine = per_host[remote.name]
-        return {"facts": remote.gather({"model_manifests": mine, "disk_free": mine}, timeout)}
+        return {"facts": remote.gather({"model_manifests": mine, "disk_free": mine}, min(timeout, 120))}
 
     gathered = on_each_host(subset, read, forks)
     found = []
@@ -69,6 +96,10 @@ def survey(
         fanout = FolderFanout(folder, list(contexts[hosts[0]].local_files[folder] or ()), [], {}, {})
         for host in hosts:
             _classify(fanout, host, gathered[host])
+        for peer in outside.get(folder, ()):
+            state = (gathered[peer].get("facts", {}).get("model_manifests") or {}).get(folder, {})
+            if "facts" in gathered[peer] and not _stale(fanout.files, state):
+                fanout.holders.append(peer)
         if fanout.stale and (len(fanout.stale) >= 2 or fanout.holders):
             found.append(fanout)
     return found
@@ -133,7 +164,7 @@ def _install_rsync(
     hosts = {h: contexts[h] for h in [*fanout.holders, *fanout.stale]}
 
     def install(remote: Any) -> dict[str, Any]:
-        result = remote.transport.run(scripts.INSTALL, sudo=True, timeout=timeout)
+        result = remote.transport.run(scripts.INSTALL, sudo=True, timeout=min(timeout, 600))
         return {} if result.ok else {"error": result.failure("installing rsync")}
 
     for host, outcome in on_each_host(hosts, install, forks).items():
@@ -183,15 +214,71 @@ def stage_folders(
     report: Callable[[str], None],
 ) -> list[FolderFanout]:
     """Before the per-host runs: the fan-out of each folder worth it, shown (`--check`) or run."""
-    found = survey(contexts, settings, forks, timeout)
+    peers = peers_of(contexts)
+    found = survey(contexts, peers, settings, forks, timeout)
+    everyone = {**contexts, **peers}
     for fanout in found:
-        labels = {h: str(contexts[h].host.vars.get(settings.locality, "")) for h in contexts}
+        labels = {h: str(everyone[h].host.vars.get(settings.locality, "")) for h in everyone}
         held = ", ".join(fanout.holders) or "no host"
         report(f"fan-out {fanout.folder}: {len(fanout.stale)} hosts need it, held by {held}")
         for number, copies in enumerate(fanout.rounds(settings.per_source, labels), 1):
+            fanout.planned.update({c.target: c.source for c in copies})
             report(f"  round {number}: " + ", ".join(f"{c.target} <- {c.source}" for c in copies))
         for host, why in fanout.skipped.items():
             report(f"  {host}: left to its own push ({why})")
         if not check:
-            run_fanout(fanout, contexts, settings, forks, timeout, report)
+            run_fanout(fanout, everyone, settings, forks, timeout, report)
     return found
+
+
+def with_fanned_out(
+    contexts: Mapping[str, HostContext], found: Sequence[FolderFanout]
+) -> dict[str, HostContext]:
+    """--check: each target's context names the folders the fan-out brings it, so its plan pushes none."""
+    folders: dict[str, set[str]] = {}
+    for fanout in found:
+        for target in fanout.planned:
+            folders.setdefault(target, set()).add(fanout.folder)
+    return {n: replace(c, fanned_out=frozenset(folders.get(n, ()))) for n, c in contexts.items()}
+
+
+def record_fanout(result: RunResult, found: Sequence[FolderFanout], check: bool) -> None:
+    """Each host's fan-out copy as the first step of its models phase: planned (--check), changed, or, when
+    it failed, a warning beside the controller's push its own run made instead."""
+    for fanout in found:
+        size = {h: sum(int(f["size"]) for f in files) for h, files in fanout.stale.items()}
+        count = {h: len(files) for h, files in fanout.stale.items()}
+        outcomes: dict[str, tuple[str, str]] = (
+            {t: (s, "planned") for t, s in fanout.planned.items()}
+            if check
+            else {h: (c.source, c.status) for h, c in fanout.copies.items()}
+        )
+        for host, (source, status) in outcomes.items():
+            if host not in result.hosts or host not in count:
+                continue
+            copy = FanoutCopy(fanout.folder, source, count[host], size[host])
+            if status == "failed":
+                error = fanout.copies[host].error
+                why = f"fan-out copy failed ({error}); its own run pushed from the controller"
+                step = Step("model_fanout", fanout.folder, noop="not copied", warnings=(why,))
+                added = StepResult("models", step, "ok")
+            else:
+                step = Step("model_fanout", fanout.folder, (copy,))  # type: ignore[arg-type]
+                added = StepResult("models", step, "planned" if check else "changed")
+            result.hosts[host].steps.insert(0, added)
+
+
+def fan_out_first(
+    playbook: Playbook,
+    contexts: dict[str, HostContext],
+    settings: StagingSettings,
+    check: bool,
+    forks: int,
+    report: Callable[[str], None],
+) -> tuple[list[FolderFanout], dict[str, HostContext]]:
+    """apply's step before the per-host runs, for a playbook that stages models: the fan-outs (shown or
+    run), and the contexts the runs get (with --check, each names what the fan-out brings it)."""
+    if not any(task.task == "model_staging" for phase in playbook.phases for task in phase.tasks):
+        return [], contexts
+    found = stage_folders(contexts, settings, check, forks, FANOUT_TIMEOUT_S, report)
+    return found, with_fanned_out(contexts, found) if check else contexts

@@ -8,15 +8,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from vllmctl.errors import VllmctlError
+from vllmctl.catalog.arch import ModelArch
+from vllmctl.errors import InputError, VllmctlError
 from vllmctl.gateway.config import Server, servers
 from vllmctl.gateway.runtime import SHOW_STAT, ServerStat, parse_stat, set_state
 from vllmctl.inventory.model import GatewaySpec, Inventory
 from vllmctl.ops import Command
+from vllmctl.planner.inventory_plan import GpuFacts
+from vllmctl.planner.rules.base import HostResources
+from vllmctl.runner.fleet import deployment_plans
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.desired import ModelPlan, Replica
+from vllmctl.tasks.gateway import TLS_SECRET
 
 UP_WAIT_MIN_S = 30.0  # a replica set ready needs `rise` good checks before HAProxy sends it requests
 POLL_S = 0.5
@@ -197,3 +203,32 @@ def fleet_servers(inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPl
         return tuple(replica.port for replica in replicas)
 
     return servers(inventory, ports)
+
+
+def gateway_plans(
+    inventory: Inventory,
+    hosts: list[str],
+    plans: dict[str, dict[str, ModelPlan]],
+    gpus: Mapping[str, GpuFacts],
+    archs: Mapping[str, ModelArch],
+    resources: Mapping[str, HostResources],
+) -> dict[str, dict[str, ModelPlan]]:
+    """The plans of every host behind the gateway, also those --limit left out: its config lists them all."""
+    if inventory.gateway is None:
+        return {}
+    behind = {h for name in inventory.gateway.ports for h in inventory.models[name].hosts}
+    if behind <= set(hosts):
+        return plans
+    return deployment_plans(inventory, sorted(behind), gpus, archs=archs, resources=resources)
+
+
+def gateway_secrets(inventory: Inventory) -> dict[str, str]:
+    """The gateway's TLS bundle (certificate, then key) read on the controller, under a name no secret has."""
+    tls = inventory.gateway.tls if inventory.gateway else None
+    if tls is None:
+        return {}
+    try:
+        texts = [Path(path).expanduser().read_text() for path in (tls.cert, tls.key)]
+    except OSError as exc:
+        raise InputError(f"gateway.tls: cannot read {exc.filename}: {exc.strerror}", "fix the path") from exc
+    return {TLS_SECRET: "".join(text if text.endswith("\n") else text + "\n" for text in texts)}

@@ -156,8 +156,12 @@ def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
         size = float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0))
         staged = [stage_call(model.source, model.revision, model.name, files, {**hub, "size_mib": size})]
         staged += staging_calls(model, files, hub)
-        calls += [OpCall(op, args) for op, args in staged]
+        calls += [OpCall(op, _fanned_out(ctx, op, args)) for op, args in staged]
     return calls
+
+
+def _fanned_out(ctx: HostContext, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {**args, "fanned_out": True} if op == "model_sync" and args["dest"] in ctx.fanned_out else args
 
 
 def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:

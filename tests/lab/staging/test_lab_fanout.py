@@ -123,6 +123,11 @@ def test_check_shows_the_rounds_and_copies_nothing(fanout: Fanout) -> None:
     assert f"round 1: {first.name} <- controller" in stderr
     assert sources(doc, fanout) == {}
     assert fanout.sh(first, f"test -e {fanout.folder} && echo present || echo absent").strip() == "absent"
+    for name, host in doc["hosts"].items():  # each host's plan: the fan-out's copy, not the controller's push
+        (copy,) = [s for s in host["steps"] if s["op"] == "model_fanout"]
+        (sync,) = [s for s in host["steps"] if s["op"] == "model_sync"]
+        assert copy["status"] == "planned" and copy["commands"][0].startswith(f"fan-out copy {fanout.folder}")
+        assert sync["noop"] and not sync["commands"], name
 
 
 def test_one_copy_leaves_the_controller_and_the_hosts_copy_the_rest(fanout: Fanout) -> None:
@@ -135,10 +140,26 @@ def test_one_copy_leaves_the_controller_and_the_hosts_copy_the_rest(fanout: Fano
     assert all(c["status"] == "ok" and c["bytes"] >= 2 * SHARD_BYTES for c in copies.values())
     assert all(fanout.verified(h) for h in hosts)
     fanout.assert_no_access_left(*hosts)
+    for host in doc["hosts"].values():  # the copy counts as the host's change; its own push had nothing to do
+        assert [s["status"] for s in host["steps"] if s["op"] == "model_fanout"] == ["changed"]
+        assert all(s["noop"] for s in host["steps"] if s["op"] == "model_sync")
     code, again, stderr = fanout.apply()
     assert code == 0, stderr
     assert again["staging"] == {}  # every host holds it: nothing to fan out
     assert {h: r["recap"]["changed"] for h, r in again["hosts"].items()} == {h.name: 0 for h in hosts}
+
+
+def test_a_host_outside_limit_that_holds_the_folder_is_a_source(fanout: Fanout) -> None:
+    holder, *others = fanout.fleet.hosts
+    fanout.clear(*others)
+    code, doc, stderr = fanout.apply("--limit", ",".join(h.name for h in others))
+    assert code == 0, stderr
+    assert f"held by {holder.name}" in stderr
+    copies = sources(doc, fanout)
+    assert sorted(copies) == sorted(h.name for h in others)
+    assert "controller" not in {c["source"] for c in copies.values()}  # the controller's link is spared
+    assert all(fanout.verified(h) for h in others)
+    fanout.assert_no_access_left(*fanout.fleet.hosts)
 
 
 def test_a_source_whose_file_is_corrupt_is_caught_and_copied_again(fanout: Fanout) -> None:

@@ -71,5 +71,19 @@ def test_a_corrupt_holder_becomes_a_target_of_another_host_never_of_itself() -> 
     assert schedule.next_copies() == [Copy("h1", "h2")]
 
 
+def test_a_corrupt_holder_found_by_several_copies_is_copied_to_once() -> None:
+    schedule = Schedule(["a"], ["b", "c"], 2)
+    for copy in schedule.next_copies():
+        schedule.source_failed(copy, "corrupt")
+        schedule.requeue("a")
+    assert schedule.pending.count("a") == 1
+    (seed,) = schedule.next_copies()
+    schedule.finished(seed)
+    started = schedule.next_copies()
+    assert [c.target for c in started].count("a") == 1
+    schedule.requeue("a")  # while its copy is under way: nothing more
+    assert "a" not in schedule.pending
+
+
 def test_nothing_to_copy_is_done_at_once() -> None:
     assert Schedule(["h1"], []).done and preview(["h1"], [], 2, {}) == []
