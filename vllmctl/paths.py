@@ -10,6 +10,7 @@ OPT_DIR = "/opt/vllmctl"
 
 STATE_DIR = f"{LIB_DIR}/state"  # .applied/.healthy records (0700: they digest env files)
 DCGM_DIAG_PASSED = f"{STATE_DIR}/dcgm-diag.passed"  # the boot id of the last passed DCGM diag
+TUNE_MARKER = f"{STATE_DIR}/tune.json"  # a `vllmctl tune` under way here: what to restore if it dies
 RELEASES_DIR = f"{LIB_DIR}/releases"  # one directory per release, `current` and `known-good` symlinks
 GROUPS_DIR = f"{LIB_DIR}/groups"  # multi-node group releases, one directory per group
 HOME_DIR = f"{LIB_DIR}/home"  # the service user's home

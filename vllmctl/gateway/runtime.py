@@ -38,6 +38,7 @@ class ServerStat:
     sessions: int
     queued: int
     check: str = ""
+    total: int = 0  # sessions it was sent since HAProxy started (`stot`)
 
     @property
     def ref(self) -> str:
@@ -68,6 +69,7 @@ def parse_stat(output: str) -> dict[str, ServerStat]:
             _int(row.get("scur")),
             _int(row.get("qcur")),
             (row.get("check_status") or "").strip(),
+            _int(row.get("stot")),
         )
         found[stat.ref] = stat
     return found

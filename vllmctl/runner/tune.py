@@ -1,0 +1,298 @@
+"""`vllmctl tune` at the edge (#33): one replica drained from the gateway, each candidate of the sweep run on
+it as units rendered from a variant of the inventory (no release recorded), loaded at rising concurrency until
+the SLO breaks, and the replica put back on its known-good release by the rollback machinery, whatever
+happened. A marker on the host says a tune is under way, so a killed run is restored by the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from vllmctl.bench.endpoints import endpoints_for
+from vllmctl.bench.report import LoadSpec
+from vllmctl.bench.smoke import benchmark_endpoint
+from vllmctl.errors import InputError, VllmctlError
+from vllmctl.inventory import load_inventory
+from vllmctl.inventory.model import Inventory
+from vllmctl.ops import Command, Upload
+from vllmctl.paths import TUNE_MARKER
+from vllmctl.runner.audit import lock_owner
+from vllmctl.runner.execute import RunOptions
+from vllmctl.runner.fleet import deployment_plans, host_contexts, keys_from, resolve_secrets, ssh_remote
+from vllmctl.runner.gateway import fleet_servers, ssh_gateway
+from vllmctl.runner.playbook_run import run_playbook
+from vllmctl.runner.release import GateOptions, read_releases
+from vllmctl.runner.rollback import roll_back_host
+from vllmctl.status.metrics import parse_metrics
+from vllmctl.tasks.playbooks import parse_playbook
+from vllmctl.transport.target import http_address
+from vllmctl.tune.goodput import goodput
+from vllmctl.tune.search import Trial, knobs_for, sweep
+
+Log = Callable[[str], None]
+TUNE_PLAYBOOK = parse_playbook(
+    """name: tune
+phases:
+  - name: models
+    tasks: [{task: model_env_files}, {task: model_units}]
+  - name: services
+    tasks: [{task: model_services}, {task: health_check}]
+""",
+    "vllmctl/runner/tune.py",
+)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    inventory: str
+    model: str
+    slo: Mapping[str, float]
+    host: str | None = None
+    input_tokens: int = 128
+    output_tokens: int = 64
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
+    budget_s: float = 1800.0
+    max_trials: int = 8
+    command_timeout_s: float = 600.0
+    health_timeout_s: float = 600.0
+
+
+@dataclass
+class TuneOutcome:
+    host: str
+    planned: dict[str, Any]  # the engine args the inventory's plan gives the replica
+    trials: list[Trial] = field(default_factory=list)
+    restored: dict[str, Any] = field(default_factory=dict)  # the rollback to known-good at the end
+    drained: bool = False
+
+
+class Variants:
+    """The inventory with the model's engine_args changed: written, validated and planned as `apply` would
+    (a candidate either of them refuses is never run)."""
+
+    def __init__(self, inventory: Inventory, model: str, host: str, workdir: Path) -> None:
+        self.inventory, self.model, self.host, self.workdir = inventory, model, host, workdir
+        self.text = Path(inventory.path).read_text()
+        self.count = 0
+
+    def document(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        doc: dict[str, Any] = yaml.safe_load(self.text)
+        engine_args = doc["models"][self.model].setdefault("engine_args", {})
+        engine_args.update(changes)
+        return doc
+
+    def load(self, changes: Mapping[str, Any]) -> tuple[Inventory, dict[str, Any]]:
+        self.count += 1
+        path = self.workdir / f"candidate-{self.count}.yml"
+        path.write_text(yaml.safe_dump(self.document(changes), sort_keys=False))
+        variant = load_inventory(path)
+        plans = deployment_plans(variant, [self.host], online=False)
+        return variant, plans
+
+    def refusal(self, changes: Mapping[str, Any]) -> str:
+        try:
+            self.load(changes)
+        except VllmctlError as exc:  # the problem itself, after the file's name and line
+            lines = [ln.strip() for ln in exc.render().splitlines() if ln.strip()]
+            found = next((ln for ln in lines if ": " in ln and not ln.startswith("hint:")), lines[0])
+            return found.split(": ", 1)[-1] if found.startswith(str(self.workdir)) else found
+        return ""
+
+
+def _chosen_host(inventory: Inventory, model: str, host: str | None) -> str:
+    if model not in inventory.models:
+        raise InputError(f"no model named {model!r}", f"known: {', '.join(inventory.models)}")
+    hosts = inventory.models[model].hosts
+    if inventory.models[model].cluster is not None:
+        raise InputError(f"{model} is a multi-node model", "tune runs on one replica of a one-host model")
+    if host is not None and host not in hosts:
+        raise InputError(f"--host {host}: {model} does not run there", f"its hosts: {', '.join(hosts)}")
+    return host or hosts[0]
+
+
+def _peak_kv(url: str, stop: threading.Event, found: list[float]) -> None:
+    """KV-cache usage sampled while the load runs: the gauge reads 0 again once it ends."""
+    with httpx.Client(trust_env=False, timeout=5.0) as client:
+        while not stop.wait(0.5):
+            try:
+                metrics = parse_metrics(client.get(f"{url}/metrics").text)
+            except (httpx.HTTPError, VllmctlError):
+                continue
+            found.extend(m.kv_usage for m in metrics.values() if m.kv_usage is not None)
+
+
+def _preemptions(url: str) -> float:
+    try:
+        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=5.0, trust_env=False).text)
+    except (httpx.HTTPError, VllmctlError):
+        return 0.0
+    return sum(m.preemptions_total or 0.0 for m in metrics.values())
+
+
+class Tuner:
+    def __init__(self, request: TuneRequest, log: Log, workdir: Path) -> None:
+        self.request, self.log = request, log
+        self.inventory = load_inventory(request.inventory)
+        self.host = _chosen_host(self.inventory, request.model, request.host)
+        self.variants = Variants(self.inventory, request.model, self.host, workdir)
+        self.secrets = resolve_secrets(self.inventory, os.environ)
+        self.keys = keys_from(self.inventory, self.secrets)
+        self.owner = lock_owner(datetime.now(UTC).isoformat(timespec="seconds"))
+        self.context = host_contexts(self.inventory, [self.host], self.secrets, stage_models=False)[self.host]
+
+    def evaluate(self, changes: dict[str, int]) -> Trial:
+        """One candidate: its units started on the replica (health-checked), then the load levels."""
+        variant, plans = self.variants.load(changes)
+        self.log(f"{self.host}: candidate {changes or 'as planned'}")
+        contexts = host_contexts(variant, [self.host], self.secrets, plans, stage_models=False)
+        opts = RunOptions(
+            forks=1,
+            command_timeout_s=self.request.command_timeout_s,
+            host_timeout_s=self.request.health_timeout_s + self.request.command_timeout_s,
+            lock_owner=self.owner,
+        )
+        run = run_playbook(TUNE_PLAYBOOK, contexts, ssh_remote, opts, time.time).hosts[self.host]
+        if run.status != "ok":
+            return Trial(changes, None, detail={"error": run.error or "the candidate did not start"})
+        (endpoint, *_) = endpoints_for(variant, [self.host], [self.request.model], address_of=http_address)
+        spec = LoadSpec(concurrency=self.request.concurrency, output_tokens=self.request.output_tokens)
+        peaks: list[float] = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=_peak_kv, args=(endpoint.base_url, stop, peaks), daemon=True)
+        before = _preemptions(endpoint.base_url)
+        sampler.start()
+        try:
+            report = benchmark_endpoint(
+                endpoint.base_url,
+                self.request.model,
+                spec,
+                self.request.input_tokens,
+                api_key=self.keys.get(self.request.model),
+            )
+        finally:
+            stop.set()
+            sampler.join()
+        rate, level = goodput(report.levels, self.request.slo)
+        detail: dict[str, Any] = {
+            "kv_usage_peak": max(peaks, default=None),
+            "preemptions": _preemptions(endpoint.base_url) - before,
+            "levels": [lv.to_json() for lv in report.levels],
+            "error": report.error or None,
+        }
+        if level is not None:
+            detail.update(
+                concurrency=level.concurrency, ttft_p99_ms=level.ttft.p99_ms, itl_p99_ms=level.itl.p99_ms
+            )
+        self.log(
+            f"{self.host}: goodput {rate:.2f} req/s"
+            + (f" at concurrency {level.concurrency}" if level else "")
+        )
+        return Trial(changes, rate if not report.error else None, detail=detail)
+
+    def planned(self) -> dict[str, Any]:
+        plans = deployment_plans(self.inventory, [self.host], online=False)
+        plan = plans.get(self.host, {}).get(self.request.model)
+        return dict(plan.engine_args) if plan else dict(self.inventory.models[self.request.model].engine_args)
+
+    def known_good(self) -> str:
+        """The release the replica returns to; a marker an interrupted tune left is acted on first."""
+        remote = ssh_remote(self.context)
+        try:
+            state = read_releases(remote, self.host, self.request.command_timeout_s)
+            left = remote.read_file(TUNE_MARKER, self.request.command_timeout_s)
+        finally:
+            remote.close()
+        if left:
+            earlier = str(json.loads(left).get("known_good") or state.known_good)
+            self.log(f"{self.host}: an interrupted tune left a candidate here: restoring release {earlier}")
+            self.restore(earlier)
+        if state.known_good is None:
+            raise VllmctlError(
+                f"{self.host}: no known-good release to return to",
+                f"apply {self.inventory.path} first: tune puts the replica back on a release that served",
+            )
+        return state.known_good
+
+    def mark(self, known_good: str) -> None:
+        remote = ssh_remote(self.context)
+        try:
+            text = json.dumps({"model": self.request.model, "known_good": known_good, "by": self.owner})
+            result = remote.execute(Upload(TUNE_MARKER, text + "\n", "0600"), self.request.command_timeout_s)
+            if not result.ok:
+                raise result.error("writing the tune marker")
+        finally:
+            remote.close()
+
+    def restore(self, known_good: str) -> dict[str, Any]:
+        """The replica on its known-good release again (units from the release, health waited for); the
+        marker is removed only once that passed."""
+        remote = ssh_remote(self.context)
+        try:
+            gate = GateOptions(
+                owner=self.owner,
+                command_timeout_s=self.request.command_timeout_s,
+                health_timeout_s=self.request.health_timeout_s,
+                api_keys=self.keys,
+            )
+            restored = roll_back_host(self.context, remote, gate, to=known_good)
+            if restored.ok:
+                remote.execute(Command(argv=("rm", "-f", TUNE_MARKER)), self.request.command_timeout_s)
+            return restored.to_json()
+        finally:
+            remote.close()
+
+    def gateway(self) -> Any:
+        """The gateway in front of the model, or None: its view of every replica, to drain this one."""
+        gateway = self.inventory.gateway
+        if gateway is None or self.request.model not in gateway.ports:
+            return None
+        behind = sorted({h for name in gateway.ports for h in self.inventory.models[name].hosts})
+        plans = deployment_plans(self.inventory, behind, online=False)
+        return ssh_gateway(
+            self.inventory, fleet_servers(self.inventory, plans), self.request.command_timeout_s
+        )
+
+
+def tune(request: TuneRequest, log: Log, clock: Callable[[], float] = time.monotonic) -> TuneOutcome:
+    """The sweep on one replica, drained from the gateway for its whole length; the replica is restored
+    to its known-good release and put back in the gateway whatever happened."""
+    deadline = clock() + request.budget_s
+    with tempfile.TemporaryDirectory(prefix="vllmctl-tune-") as workdir:
+        tuner = Tuner(request, log, Path(workdir))
+        planned = tuner.planned()
+        max_model_len = int(planned.get("max_model_len") or 2048)
+        known_good = tuner.known_good()
+        outcome = TuneOutcome(tuner.host, planned)
+        gateway = tuner.gateway()
+        tuner.mark(known_good)
+        try:
+            if gateway is not None:
+                gateway.drain(tuner.host)
+                event = (gateway.host_events(tuner.host) or [{}])[-1]
+                if event.get("event") != "drained" or event.get("pending"):
+                    raise VllmctlError(
+                        f"{tuner.host}: not drained from the gateway ({event.get('error') or event})",
+                        "tune never loads a replica the gateway still sends traffic to: check the gateway",
+                    )
+                outcome.drained = True
+            knobs = knobs_for(planned, max_model_len)
+            outcome.trials = sweep(
+                knobs, tuner.evaluate, tuner.variants.refusal, request.max_trials, lambda: clock() < deadline
+            )
+        finally:
+            outcome.restored = tuner.restore(known_good)
+            if gateway is not None:
+                gateway.ready(tuner.host)
+                gateway.close()
+    return outcome
