@@ -44,7 +44,9 @@ def test_first_apply_deploys_and_every_host_answers_completions(deployment: Any)
         else:
             assert driver["status"] == "ok" and "nvidia-smi reports driver 580" in driver["noop"]
         assert [s["status"] for s in _steps(first, host.name, "engine_venv")] == ["changed"]
-        assert [s["status"] for s in _steps(first, host.name, "model_sync")] == ["changed"]
+        # the folder left the controller once and was copied host to host before the runs (#32)
+        assert [s["status"] for s in _steps(first, host.name, "model_fanout")] == ["changed"]
+        assert [s["status"] for s in _steps(first, host.name, "model_sync")] == ["ok"]
         assert [s["status"] for s in _steps(first, host.name, "service_health")] == ["changed"]
         reply = httpx.post(
             f"http://{host.address}:8000/v1/completions",
@@ -56,6 +58,9 @@ def test_first_apply_deploys_and_every_host_answers_completions(deployment: Any)
         assert reply.json()["choices"][0]["text"]
     for host in deployment.spare_hosts:
         assert not _steps(first, host.name, "engine_venv") and not _steps(first, host.name, "service_health")
+    copies = first["staging"][str(deployment.model_dir)]["hosts"]
+    sources = sorted(copies[h.name]["source"] for h in deployment.engine_hosts)
+    assert sources[0] == "controller" and sources[1] in {h.name for h in deployment.engine_hosts}
 
 
 @pytest.mark.engine
