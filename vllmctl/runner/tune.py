@@ -118,7 +118,15 @@ def _chosen_host(inventory: Inventory, model: str, host: str | None) -> str:
         raise InputError(f"{model} is a multi-node model", "tune runs on one replica of a one-host model")
     if host is not None and host not in hosts:
         raise InputError(f"--host {host}: {model} does not run there", f"its hosts: {', '.join(hosts)}")
-    return host or hosts[0]
+    chosen = host or hosts[0]
+    others = len([h for h in hosts if h != chosen])
+    wanted = inventory.models[model].min_available
+    if others < wanted:  # the rollout's rule: a model keeps min_available replicas serving
+        raise InputError(
+            f"tuning {model} on {chosen} would leave {others} of its min_available {wanted} replicas serving",
+            "tune a model with another replica to serve meanwhile, or lower its min_available",
+        )
+    return chosen
 
 
 def _peak_kv(url: str, stop: threading.Event, found: list[float]) -> None:

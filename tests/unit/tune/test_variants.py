@@ -90,3 +90,18 @@ def test_a_candidate_that_does_not_fit_in_memory_is_never_run(tmp_path: Path) ->
     assert [t.changes for t in refused] == [{"max_num_batched_tokens": 65536}]
     assert "does not fit on 1x H100-80GB" in refused[0].refused
     assert runs == [{}, {"max_num_batched_tokens": 32768}]
+
+
+def test_a_model_with_no_other_replica_to_serve_meanwhile_is_not_tuned(tmp_path: Path) -> None:
+    import pytest
+
+    from vllmctl.errors import InputError
+    from vllmctl.runner.tune import _chosen_host
+
+    path = tmp_path / "fleet.yml"
+    path.write_text(yaml.safe_dump(INVENTORY))
+    with pytest.raises(InputError, match="would leave 0 of its min_available 1 replicas serving"):
+        _chosen_host(load_inventory(path), "qwen", None)
+    doc = {**INVENTORY, "models": {"qwen": {**INVENTORY["models"]["qwen"], "min_available": 0}}}
+    path.write_text(yaml.safe_dump(doc))
+    assert _chosen_host(load_inventory(path), "qwen", None) == "gpu-1"
