@@ -105,9 +105,9 @@ async def run_level(
     slots = asyncio.Semaphore(concurrency)
     start = clock()
 
-    async def one(prompt: str) -> RequestResult:
+    async def one(prompt: str, output_tokens: int) -> RequestResult:
         async with slots:
-            payload = completion_payload(model_id, prompt, spec.output_tokens)
+            payload = completion_payload(model_id, prompt, output_tokens)
             try:
                 return await asyncio.wait_for(
                     stream_completion(session, url, payload, clock), spec.request_timeout_s
@@ -115,7 +115,7 @@ async def run_level(
             except TimeoutError:
                 return RequestResult(False, clock(), error=f"no reply within {spec.request_timeout_s:g} s")
 
-    tasks = [asyncio.create_task(one(prompt)) for prompt in prompts]
+    tasks = [asyncio.create_task(one(prompt, spec.output_for(i))) for i, prompt in enumerate(prompts)]
     finished, unfinished = await asyncio.wait(tasks, timeout=spec.level_timeout_s)
     for task in unfinished:
         task.cancel()

@@ -6,7 +6,7 @@ Each prompt starts differently so the server's prefix cache cannot serve one req
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +89,16 @@ def prompt_maker(input_tokens: int, tokenizer: Any = None) -> Callable[[int, int
     if tokenizer is None:
         return lambda count, seed: word_prompts(count, input_tokens, seed)
     return lambda count, seed: token_prompts(tokenizer, count, input_tokens, seed)
+
+
+def shaped_prompts(
+    shapes: Sequence[tuple[int, int]], tokenizer: Any = None
+) -> Callable[[int, int], list[str]]:
+    """`(count, seed) -> prompts` whose input lengths follow `shapes` in turn (request i: shape i mod n), so
+    a level's i-th request pairs with `LoadSpec.output_for(i)`."""
+    makers = {length: prompt_maker(length, tokenizer) for length in {s[0] for s in shapes}}
+
+    def make(count: int, seed: int) -> list[str]:
+        return [makers[shapes[i % len(shapes)][0]](1, seed * 100_003 + i)[0] for i in range(count)]
+
+    return make

@@ -17,9 +17,15 @@ class LoadSpec:
     level_timeout_s: float = 120.0
     request_timeout_s: float = 60.0
     warmup: bool = True
+    # recorded request shapes (input tokens, output tokens), taken in turn; empty: every request alike
+    shapes: tuple[tuple[int, int], ...] = ()
 
     def requests_for(self, concurrency: int) -> int:
         return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+    def output_for(self, index: int) -> int:
+        """The output length of a level's `index`-th request."""
+        return self.shapes[index % len(self.shapes)][1] if self.shapes else self.output_tokens
 
 
 @dataclass(frozen=True)

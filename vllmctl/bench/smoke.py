@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from vllmctl.bench.client import Clock, run_benchmark
-from vllmctl.bench.prompts import prompt_maker
+from vllmctl.bench.prompts import prompt_maker, shaped_prompts
 from vllmctl.bench.report import EndpointReport, LoadSpec
 from vllmctl.bench.stats import LevelSummary
 
@@ -31,5 +31,5 @@ def benchmark_endpoint(
     api_key: str | None = None,
 ) -> EndpointReport:
     """Run every level of `spec` against one OpenAI-compatible endpoint and return the summaries."""
-    prompts = prompt_maker(input_tokens, tokenizer)
+    prompts = shaped_prompts(spec.shapes, tokenizer) if spec.shapes else prompt_maker(input_tokens, tokenizer)
     return asyncio.run(run_benchmark(base_url, model_id, prompts, spec, clock, on_level, api_key))

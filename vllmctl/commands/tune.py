@@ -5,6 +5,7 @@ shape, keep the one with the most goodput under the SLO, and propose it as an in
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.runner.tune import TuneOutcome, TuneRequest, tune
 from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff
 from vllmctl.tune.search import Trial, knobs_for, winner
+from vllmctl.tune.workload import parse_workload
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--host", help="the replica's host (default: the model's first host)")
     parser.add_argument("--input-tokens", type=int, default=128, help="prompt length of every request")
     parser.add_argument("--output-tokens", type=int, default=64, help="tokens generated per request")
+    parser.add_argument(
+        "--workload",
+        metavar="FILE",
+        help='recorded request shapes, JSONL: {"input_tokens": N, "output_tokens": M} per line, in turn',
+    )
     parser.add_argument("--concurrency", default="1,2,4,8,16", help="load levels, in requests in flight")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes; no candidate starts after")
     parser.add_argument("--max-trials", type=int, default=8, help="candidates run at most (refused ones: 0)")
@@ -51,6 +58,15 @@ def _request(args: argparse.Namespace) -> TuneRequest:
     for flag in ("input_tokens", "output_tokens", "max_trials"):
         if getattr(args, flag) < 1:
             raise InputError(f"--{flag.replace('_', '-')} must be at least 1", "give a positive integer")
+    shapes: tuple[tuple[int, int], ...] = ()
+    if args.workload:
+        try:
+            text = Path(args.workload).read_text()
+        except OSError as exc:
+            raise InputError(
+                f"--workload: cannot read {args.workload}: {exc.strerror}", "fix the path"
+            ) from exc
+        shapes = parse_workload(text, args.workload)
     return TuneRequest(
         args.inventory,
         args.model,
@@ -58,6 +74,7 @@ def _request(args: argparse.Namespace) -> TuneRequest:
         host=args.host,
         input_tokens=args.input_tokens,
         output_tokens=args.output_tokens,
+        shapes=shapes,
         concurrency=parse_levels(args.concurrency),
         budget_s=args.budget * 60,
         max_trials=args.max_trials,
@@ -87,8 +104,6 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
 
 
 def _plan(request: TuneRequest, ui: Ui) -> int:
-    import tempfile
-
     from vllmctl.runner.tune import Tuner
 
     with tempfile.TemporaryDirectory() as workdir:
@@ -96,7 +111,7 @@ def _plan(request: TuneRequest, ui: Ui) -> int:
         planned = tuner.planned()
         ui.info(f"would tune {request.model} on {tuner.host} (drained from the gateway if it has one)")
         ui.info(f"planned: {planned}; SLO: {dict(request.slo)}")
-        for knob in knobs_for(planned, int(planned.get("max_model_len") or 2048)):
+        for knob in knobs_for(planned, int(planned.get("max_model_len") or 2048), tuner.tp_options()):
             ui.info(f"  {knob.flag}: {', '.join(map(str, knob.values))} (planned {knob.planned})")
     ui.info("nothing done: pass --yes to run the sweep")
     return EXIT_CHANGES

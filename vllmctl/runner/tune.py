@@ -8,23 +8,21 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.bench.report import LoadSpec
-from vllmctl.bench.smoke import benchmark_endpoint
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.inventory import load_inventory
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.ops import Command, Upload
 from vllmctl.paths import TUNE_MARKER
 from vllmctl.runner.audit import lock_owner
@@ -34,10 +32,9 @@ from vllmctl.runner.gateway import fleet_servers, ssh_gateway
 from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.release import GateOptions, read_releases
 from vllmctl.runner.rollback import roll_back_host
-from vllmctl.status.metrics import parse_metrics
+from vllmctl.runner.tune_load import combine, measure
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport.target import http_address
-from vllmctl.tune.goodput import goodput
 from vllmctl.tune.search import Trial, knobs_for, sweep
 
 Log = Callable[[str], None]
@@ -61,6 +58,7 @@ class TuneRequest:
     host: str | None = None
     input_tokens: int = 128
     output_tokens: int = 64
+    shapes: tuple[tuple[int, int], ...] = ()  # recorded (input, output) lengths, in turn; else the two above
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
     budget_s: float = 1800.0
     max_trials: int = 8
@@ -129,25 +127,6 @@ def _chosen_host(inventory: Inventory, model: str, host: str | None) -> str:
     return chosen
 
 
-def _peak_kv(url: str, stop: threading.Event, found: list[float]) -> None:
-    """KV-cache usage sampled while the load runs: the gauge reads 0 again once it ends."""
-    with httpx.Client(trust_env=False, timeout=5.0) as client:
-        while not stop.wait(0.5):
-            try:
-                metrics = parse_metrics(client.get(f"{url}/metrics").text)
-            except (httpx.HTTPError, VllmctlError):
-                continue
-            found.extend(m.kv_usage for m in metrics.values() if m.kv_usage is not None)
-
-
-def _preemptions(url: str) -> float:
-    try:
-        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=5.0, trust_env=False).text)
-    except (httpx.HTTPError, VllmctlError):
-        return 0.0
-    return sum(m.preemptions_total or 0.0 for m in metrics.values())
-
-
 class Tuner:
     def __init__(self, request: TuneRequest, log: Log, workdir: Path) -> None:
         self.request, self.log = request, log
@@ -173,40 +152,35 @@ class Tuner:
         run = run_playbook(TUNE_PLAYBOOK, contexts, ssh_remote, opts, time.time).hosts[self.host]
         if run.status != "ok":
             return Trial(changes, None, detail={"error": run.error or "the candidate did not start"})
-        (endpoint, *_) = endpoints_for(variant, [self.host], [self.request.model], address_of=http_address)
-        spec = LoadSpec(concurrency=self.request.concurrency, output_tokens=self.request.output_tokens)
-        peaks: list[float] = []
-        stop = threading.Event()
-        sampler = threading.Thread(target=_peak_kv, args=(endpoint.base_url, stop, peaks), daemon=True)
-        before = _preemptions(endpoint.base_url)
-        sampler.start()
-        try:
-            report = benchmark_endpoint(
-                endpoint.base_url,
-                self.request.model,
-                spec,
-                self.request.input_tokens,
-                api_key=self.keys.get(self.request.model),
-            )
-        finally:
-            stop.set()
-            sampler.join()
-        rate, level = goodput(report.levels, self.request.slo)
-        detail: dict[str, Any] = {
-            "kv_usage_peak": max(peaks, default=None),
-            "preemptions": _preemptions(endpoint.base_url) - before,
-            "levels": [lv.to_json() for lv in report.levels],
-            "error": report.error or None,
-        }
-        if level is not None:
-            detail.update(
-                concurrency=level.concurrency, ttft_p99_ms=level.ttft.p99_ms, itl_p99_ms=level.itl.p99_ms
-            )
-        self.log(
-            f"{self.host}: goodput {rate:.2f} req/s"
-            + (f" at concurrency {level.concurrency}" if level else "")
+        plan = plans.get(self.host, {}).get(self.request.model)  # a CPU build's args as given: no plan
+        count = len(plan.replicas) if plan is not None else 1  # tensor parallelism changes it
+        replicas = {(self.host, self.request.model): count}
+        found = endpoints_for(variant, [self.host], [self.request.model], replicas, http_address)
+        spec = LoadSpec(
+            concurrency=self.request.concurrency,
+            output_tokens=self.request.output_tokens,
+            shapes=self.request.shapes,
         )
-        return Trial(changes, rate if not report.error else None, detail=detail)
+        key, request = self.keys.get(self.request.model), self.request
+        with ThreadPoolExecutor(max_workers=len(found)) as pool:  # every replica of the host at once
+            loads = list(
+                pool.map(
+                    lambda e: measure(e.base_url, e.model, spec, request.input_tokens, request.slo, key),
+                    found,
+                )
+            )
+        trial = combine(changes, loads)
+        self.log(f"{self.host}: goodput {trial.score:.2f} req/s over {len(loads)} replica(s)")
+        return trial
+
+    def tp_options(self) -> tuple[int, ...]:
+        """The tensor-parallel sizes the planner accepts for the model on this host's GPUs (none on a CPU
+        build): where there are several, the sweep weighs fewer, wider replicas against more, narrower."""
+        gpus = self.inventory.hosts[self.host].gpus
+        if runs_on_cpu(self.inventory, self.host, self.request.model) or gpus is None:
+            return ()
+        sizes = [t for t in (1, 2, 4, 8) if t <= gpus.count]
+        return tuple(t for t in sizes if not self.variants.refusal({"tensor_parallel_size": t}))
 
     def planned(self) -> dict[str, Any]:
         plans = deployment_plans(self.inventory, [self.host], online=False)
@@ -294,7 +268,7 @@ def tune(request: TuneRequest, log: Log, clock: Callable[[], float] = time.monot
                         "tune never loads a replica the gateway still sends traffic to: check the gateway",
                     )
                 outcome.drained = True
-            knobs = knobs_for(planned, max_model_len)
+            knobs = knobs_for(planned, max_model_len, tuner.tp_options())
             outcome.trials = sweep(
                 knobs, tuner.evaluate, tuner.variants.refusal, request.max_trials, lambda: clock() < deadline
             )

@@ -46,16 +46,25 @@ def _ladder(planned: int, low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(values))
 
 
-def knobs_for(planned: Args, max_model_len: int) -> list[Knob]:
-    """max_num_seqs (batch width) and max_num_batched_tokens (tokens per scheduler step), from a quarter to
-    four times what is planned; without chunked prefill the token budget never goes below max_model_len,
-    which vLLM refuses. Combinations vLLM refuses (more sequences than tokens) are left to the rules."""
+def knobs_for(planned: Args, max_model_len: int, tp_options: Sequence[int] = ()) -> list[Knob]:
+    """Tensor parallelism first where the model fits several ways on the host (`tp_options`, as the planner
+    accepts them: each changes how many replicas the host runs), then max_num_seqs (batch width) and
+    max_num_batched_tokens (tokens per scheduler step), from a quarter to four times what is planned (never
+    below max_model_len without chunked prefill, which vLLM refuses), then chunked prefill off or on.
+    Combinations vLLM refuses (more sequences than tokens) are left to the rules."""
     seqs = int(planned.get("max_num_seqs") or VLLM_DEFAULT_MAX_NUM_SEQS)
     tokens = int(planned.get("max_num_batched_tokens") or max(VLLM_DEFAULT_BATCHED_TOKENS, max_model_len))
-    floor = max_model_len if planned.get("enable_chunked_prefill") is False else 16
+    chunked = planned.get("enable_chunked_prefill") is not False
+    floor = 16 if chunked else max_model_len
+    knobs = []
+    if len(set(tp_options)) > 1:
+        tp = int(planned.get("tensor_parallel_size") or 1)
+        knobs.append(Knob("tensor_parallel_size", tuple(sorted({tp, *tp_options})), tp))
     return [
+        *knobs,
         Knob("max_num_seqs", _ladder(seqs, 1, MAX_NUM_SEQS_CAP), seqs),
         Knob("max_num_batched_tokens", _ladder(tokens, min(floor, tokens), 4 * tokens), tokens),
+        Knob("enable_chunked_prefill", (False, True), chunked),
     ]
 
 

@@ -132,7 +132,7 @@ def test_a_sweep_drains_the_replica_restores_it_and_writes_the_winner(
         assert check.returncode == 0 and not any(changed.values())
 
 
-def test_a_tune_killed_mid_sweep_is_restored_by_the_next_one(gateway: Gateway) -> None:
+def test_a_tune_killed_mid_sweep_is_restored_by_the_next_one(gateway: Gateway, tmp_path: Path) -> None:
     inventory = gateway.deployment.state_dir / "tune.yml"
     tuned = gateway.deployment.engine_hosts[1]
     before = known_good(gateway, tuned)
@@ -149,12 +149,20 @@ def test_a_tune_killed_mid_sweep_is_restored_by_the_next_one(gateway: Gateway) -
                 break
         run.wait(timeout=60)
     assert gateway.root(tuned, f"cat {TUNE_MARKER}").strip(), "no marker left by the killed tune"
-    done = tune(
-        gateway, str(inventory), MODEL, "--host", tuned.name, *SWEEP, "--max-trials", "1", "--yes", "--json"
-    )
+    shapes = tmp_path / "shapes.jsonl"  # the next tune replays recorded request shapes
+    shapes.write_text('{"input_tokens": 12, "output_tokens": 6}\n{"input_tokens": 30, "output_tokens": 3}\n')
+    argv = [str(inventory), MODEL, "--host", tuned.name, *SWEEP, "--workload", str(shapes)]
+    done = tune(gateway, *argv, "--max-trials", "1", "--yes", "--json")
     assert done.returncode == 0, done.stderr[-6000:]
     assert "an interrupted tune left a candidate here: restoring release" in done.stderr
     result = json.loads(done.stdout)
+    (trial,) = result["trials"]
+    assert trial["goodput"] > 0 and trial["replicas"] == 1
+    tokens = [level["total_output_tokens"] for level in trial["levels"]]
+    requests = [level["completed"] for level in trial["levels"]]
+    assert all(t in (4.5 * n, 4.5 * n - 1.5, 4.5 * n + 1.5) for t, n in zip(tokens, requests, strict=True)), (
+        trial
+    )
     assert result["restored"]["ok"] and result["restored"]["to"] == before[1]
     assert known_good(gateway, tuned)[1] == before[1]
     assert gateway.root(tuned, f"test -e {TUNE_MARKER} && echo left || echo gone").strip() == "gone"

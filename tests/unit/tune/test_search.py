@@ -20,19 +20,28 @@ def evaluator(peak: dict[str, int], runs: list[dict[str, int]]):  # type: ignore
         runs.append(dict(changes))
         args = {**PLANNED, **changes}
         distance = sum(abs(math.log2(args[k] / peak[k])) for k in peak)
-        return Trial(changes, goodput=100.0 - 10 * distance)
+        chunked_off = 5 if changes.get("enable_chunked_prefill") is False else 0
+        return Trial(changes, goodput=100.0 - 10 * distance - chunked_off)
 
     return evaluate
 
 
 def test_knobs_range_from_a_quarter_to_four_times_the_plan() -> None:
-    seqs, tokens = knobs_for(PLANNED, max_model_len=2048)
+    seqs, tokens, chunked = knobs_for(PLANNED, max_model_len=2048)
     assert seqs == Knob("max_num_seqs", (16, 32, 64, 128, 256), 64)
     assert tokens.values == (1024, 2048, 4096, 8192, 16384) and tokens.planned == 4096
+    assert chunked == Knob("enable_chunked_prefill", (False, True), True)
+
+
+def test_tensor_parallelism_comes_first_where_the_model_fits_several_ways() -> None:
+    tp, *rest = knobs_for({**PLANNED, "tensor_parallel_size": 2}, 2048, tp_options=(1, 2, 4))
+    assert tp == Knob("tensor_parallel_size", (1, 2, 4), 2)
+    assert [k.flag for k in rest] == ["max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"]
+    assert knobs_for(PLANNED, 2048, tp_options=(1,))[0].flag == "max_num_seqs"  # one way: no TP knob
 
 
 def test_without_chunked_prefill_the_token_budget_stays_at_least_max_model_len() -> None:
-    _, tokens = knobs_for({**PLANNED, "enable_chunked_prefill": False}, max_model_len=2048)
+    _, tokens, _ = knobs_for({**PLANNED, "enable_chunked_prefill": False}, max_model_len=2048)
     assert tokens.values == (2048, 4096, 8192, 16384)
 
 
@@ -49,6 +58,7 @@ def test_it_climbs_to_the_best_candidate_and_stops_where_a_direction_loses() -> 
         {"max_num_seqs": 256, "max_num_batched_tokens": 8192},
         {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
         {"max_num_seqs": 256, "max_num_batched_tokens": 1024},
+        {"max_num_seqs": 256, "max_num_batched_tokens": 2048, "enable_chunked_prefill": False},
     ]
 
 
@@ -56,7 +66,7 @@ def test_the_planned_settings_win_when_every_step_loses() -> None:
     runs: list[dict[str, int]] = []
     trials = sweep(knobs_for(PLANNED, 2048), evaluator(surface(64, 4096), runs), lambda c: "", budget=20)
     assert winner(trials) == trials[0] and trials[0].changes == {}
-    assert len(runs) == 5  # each knob: one step up, one step down, each losing
+    assert len(runs) == 6  # each ladder: a step up, then down, each losing; chunked prefill off, losing
 
 
 def test_the_budget_bounds_the_runs_and_refused_candidates_cost_nothing() -> None:

@@ -85,7 +85,8 @@ def test_a_candidate_that_does_not_fit_in_memory_is_never_run(tmp_path: Path) ->
         return Trial(changes, goodput=float(changes.get("max_num_batched_tokens", 16384)))
 
     planned = found.load({})[1]["gpu-1"]["q"].engine_args
-    trials = sweep(knobs_for(planned, 4096)[1:], evaluate, found.refusal, budget=10)
+    (tokens,) = [k for k in knobs_for(planned, 4096) if k.flag == "max_num_batched_tokens"]
+    trials = sweep([tokens], evaluate, found.refusal, budget=10)
     refused = [t for t in trials if t.refused]
     assert [t.changes for t in refused] == [{"max_num_batched_tokens": 65536}]
     assert "does not fit on 1x H100-80GB" in refused[0].refused
@@ -105,3 +106,23 @@ def test_a_model_with_no_other_replica_to_serve_meanwhile_is_not_tuned(tmp_path:
     doc = {**INVENTORY, "models": {"qwen": {**INVENTORY["models"]["qwen"], "min_available": 0}}}
     path.write_text(yaml.safe_dump(doc))
     assert _chosen_host(load_inventory(path), "qwen", None) == "gpu-1"
+
+
+def test_tensor_parallelism_is_a_knob_only_where_the_model_fits_several_ways(tmp_path: Path) -> None:
+    from vllmctl.runner.tune import Tuner, TuneRequest
+
+    def options(model: str, count: int) -> tuple[int, ...]:
+        doc = {
+            "vllmctl": 1,
+            "hosts": {f"gpu-{i}": {"address": f"10.0.0.{i}", "gpus": {"model": "L40S", "count": count}}
+                      for i in (1, 2)},
+            "models": {"m": {"source": model, "hosts": ["gpu-1", "gpu-2"]}},
+        }  # fmt: skip
+        path = tmp_path / f"{count}.yml"
+        path.write_text(yaml.safe_dump(doc))
+        work = tmp_path / f"work-{count}-{model.replace('/', '_')}"
+        work.mkdir()
+        return Tuner(TuneRequest(str(path), "m", {"ttft_p99_ms": 500}), lambda _: None, work).tp_options()
+
+    assert options("Qwen/Qwen2.5-7B", 2) == (1, 2)  # fits on one L40S or across two
+    assert options("Qwen/Qwen2.5-32B", 2) == (2,)  # 64 GB of weights: only across both
