@@ -89,8 +89,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         return _plan(request, ui)
     outcome = tune(request, ui.info)
     best = winner(outcome.trials)
-    inventory = load_inventory(args.inventory)
-    current = dict(inventory.models[args.model].engine_args)
+    current = outcome.given
     changes = {k: v for k, v in (best.changes if best else {}).items() if current.get(k) != v}
     proposal = Proposal(args.model, current, changes, _reason(outcome, best))
     if args.write:

@@ -138,6 +138,17 @@ def manifest_text(files: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def stale_files(files: Sequence[Mapping[str, Any]], host: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The controller's files the host lacks: not in its manifest with that sha256, or not that size on disk
+    (`host`: a `model_manifests` entry, {recorded, seen})."""
+    recorded, seen = host.get("recorded", {}), host.get("seen", {})
+    return [
+        f
+        for f in files
+        if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
+    ]
+
+
 def _sync_facts(args: Args) -> FactRequests:
     dest = str(args["dest"])
     return {"model_manifests": (dest,), "disk_free": (dest,)}
@@ -200,13 +211,8 @@ def _plan_sync(args: Args, facts: Facts) -> Step:
             "fix the model's source path, or copy the model to the host yourself",
         )
     _local_names(dest, files)
-    recorded, seen = host["recorded"], host["seen"]
-    stale = [
-        f
-        for f in files
-        if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
-    ]
-    known, ignored = _confined_names(dest, recorded)
+    stale = stale_files(files, host)
+    known, ignored = _confined_names(dest, host["recorded"])
     gone = sorted(set(known) - {f["name"] for f in files})
     manifest = posixpath.join(dest, MANIFEST_NAME)
     warnings = tuple(

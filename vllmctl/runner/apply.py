@@ -238,7 +238,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         name: replace(ctx, fleet_plans=backends)
         for name, ctx in host_contexts(inventory, hosts, secrets, plans).items()
     }
-    if any(task.task == "engine_install" for phase in playbook.phases for task in phase.tasks):
+    if playbook.runs("engine_install"):
         contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
     staging, contexts = fan_out_first(playbook, contexts, inventory.staging, args.check, args.forks, ui.info)
     guard: RolloutGuard | None = None

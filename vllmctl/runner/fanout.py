@@ -17,7 +17,7 @@ from vllmctl.fanout import scripts
 from vllmctl.fanout.schedule import Copy, FanoutCopy, FolderFanout, HostCopy, Schedule
 from vllmctl.inventory.model import StagingSettings
 from vllmctl.ops import Step
-from vllmctl.ops.model_stage import DISK_MARGIN
+from vllmctl.ops.model_stage import DISK_MARGIN, stale_files
 from vllmctl.runner.fanout_copy import Copier, CopyOutcome
 from vllmctl.runner.fleet import on_each_host
 from vllmctl.runner.results import RunResult, StepResult
@@ -37,15 +37,6 @@ def staged_folders(contexts: Mapping[str, HostContext]) -> dict[str, list[str]]:
                 if ctx.local_files.get(source):
                     folders.setdefault(source, []).append(name)
     return folders
-
-
-def _stale(files: Files, host: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    recorded, seen = host.get("recorded", {}), host.get("seen", {})
-    return [
-        f
-        for f in files
-        if recorded.get(f["name"], {}).get("sha256") != f["sha256"] or seen.get(f["name"]) != f["size"]
-    ]
 
 
 FANOUT_TIMEOUT_S = 6 * 3600.0  # one copy of a multi-hundred-GB folder; a dead source is found by keepalives
@@ -73,8 +64,6 @@ def survey(
 ) -> list[FolderFanout]:
     """The folders worth fanning out (two selected hosts need one, or one needs it and another host holds
     it, --limit or not), with what each host holds, read in one round trip per host."""
-    if not settings.fanout:
-        return []
     selected = staged_folders(contexts)
     outside = {f: hosts[:PEERS_READ] for f, hosts in staged_folders(peers).items() if f in selected}
     wanted = {f: hosts for f, hosts in selected.items() if len(hosts) + len(outside.get(f, ())) >= 2}
@@ -98,7 +87,7 @@ def survey(
             _classify(fanout, host, gathered[host])
         for peer in outside.get(folder, ()):
             state = (gathered[peer].get("facts", {}).get("model_manifests") or {}).get(folder, {})
-            if "facts" in gathered[peer] and not _stale(fanout.files, state):
+            if "facts" in gathered[peer] and not stale_files(fanout.files, state):
                 fanout.holders.append(peer)
         if fanout.stale and (len(fanout.stale) >= 2 or fanout.holders):
             found.append(fanout)
@@ -111,7 +100,7 @@ def _classify(fanout: FolderFanout, host: str, result: Mapping[str, Any]) -> Non
         return
     facts = result["facts"]
     state = (facts.get("model_manifests") or {}).get(fanout.folder, {})
-    stale = _stale(fanout.files, state)
+    stale = stale_files(fanout.files, state)
     if not stale:
         fanout.holders.append(host)
         return
@@ -128,12 +117,12 @@ def run_fanout(
     fanout: FolderFanout,
     contexts: Mapping[str, HostContext],
     settings: StagingSettings,
+    labels: Mapping[str, str],
     forks: int,
     timeout: float,
     report: Callable[[str], None],
 ) -> None:
     """Every host in `fanout.stale` gets the folder from a host that holds it, or a clear error."""
-    labels = {h: str(contexts[h].host.vars.get(settings.locality, "")) for h in contexts}
     _install_rsync(fanout, contexts, forks, timeout)
     schedule = Schedule(list(fanout.holders), list(fanout.stale), settings.per_source, labels)
     copier = Copier(fanout, contexts, timeout, secrets.token_hex(8))
@@ -183,12 +172,8 @@ def _record(
     record.source = copy.source
     if not done.blame:
         schedule.finished(copy)
-        record.status, record.bytes, record.seconds, record.error = (
-            "ok",
-            done.bytes,
-            round(done.seconds, 2),
-            "",
-        )
+        record.status, record.error = "ok", ""
+        record.bytes, record.seconds = done.bytes, round(done.seconds, 2)
         mib = done.bytes / 2**20
         report(f"{fanout.folder}: {copy.target} <- {copy.source} ({mib:,.0f} MiB in {done.seconds:.1f} s)")
         return
@@ -214,11 +199,15 @@ def stage_folders(
     report: Callable[[str], None],
 ) -> list[FolderFanout]:
     """Before the per-host runs: the fan-out of each folder worth it, shown (`--check`) or run."""
+    if not settings.fanout:
+        return []
     peers = peers_of(contexts)
     found = survey(contexts, peers, settings, forks, timeout)
     everyone = {**contexts, **peers}
+    labels = (
+        {h: str(ctx.host.vars.get(settings.locality, "")) for h, ctx in everyone.items()} if found else {}
+    )
     for fanout in found:
-        labels = {h: str(everyone[h].host.vars.get(settings.locality, "")) for h in everyone}
         held = ", ".join(fanout.holders) or "no host"
         report(f"fan-out {fanout.folder}: {len(fanout.stale)} hosts need it, held by {held}")
         for number, copies in enumerate(fanout.rounds(settings.per_source, labels), 1):
@@ -227,7 +216,7 @@ def stage_folders(
         for host, why in fanout.skipped.items():
             report(f"  {host}: left to its own push ({why})")
         if not check:
-            run_fanout(fanout, everyone, settings, forks, timeout, report)
+            run_fanout(fanout, everyone, settings, labels, forks, timeout, report)
     return found
 
 
@@ -278,7 +267,7 @@ def fan_out_first(
 ) -> tuple[list[FolderFanout], dict[str, HostContext]]:
     """apply's step before the per-host runs, for a playbook that stages models: the fan-outs (shown or
     run), and the contexts the runs get (with --check, each names what the fan-out brings it)."""
-    if not any(task.task == "model_staging" for phase in playbook.phases for task in phase.tasks):
+    if not playbook.runs("model_staging"):
         return [], contexts
     found = stage_folders(contexts, settings, check, forks, FANOUT_TIMEOUT_S, report)
     return found, with_fanned_out(contexts, found) if check else contexts

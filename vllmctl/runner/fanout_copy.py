@@ -104,10 +104,8 @@ class Copier:
                 sudo=True,
                 timeout=self.timeout,
             )
-            if (
-                pulled.exited == scripts.CORRUPT_EXIT
-            ):  # rsync checked what it sent: the source's file is wrong
-                self._distrust(source)
+            if pulled.exited == scripts.CORRUPT_EXIT:
+                self._distrust(source)  # rsync checked what it sent: the source's file itself is wrong
                 raise _Failed("source", f"{copy.source}'s copy is corrupt: {pulled.stderr.strip()}", True)
             if not pulled.ok and "No space left on device" in pulled.stderr:
                 target.run(["rm", "-rf", "--", f"{folder}/{scripts.INCOMING}"], sudo=True, timeout=60)

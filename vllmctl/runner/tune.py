@@ -70,6 +70,7 @@ class TuneRequest:
 class TuneOutcome:
     host: str
     planned: dict[str, Any]  # the engine args the inventory's plan gives the replica
+    given: dict[str, Any]  # the model's engine_args as the inventory writes them (what a proposal changes)
     trials: list[Trial] = field(default_factory=list)
     restored: dict[str, Any] = field(default_factory=dict)  # the rollback to known-good at the end
     drained: bool = False
@@ -82,7 +83,7 @@ class Variants:
     def __init__(self, inventory: Inventory, model: str, host: str, workdir: Path) -> None:
         self.inventory, self.model, self.host, self.workdir = inventory, model, host, workdir
         self.text = Path(inventory.path).read_text()
-        self.count = 0
+        self.loaded: dict[tuple[tuple[str, Any], ...], tuple[Inventory, dict[str, Any]]] = {}
 
     def document(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         doc: dict[str, Any] = yaml.safe_load(self.text)
@@ -91,12 +92,14 @@ class Variants:
         return doc
 
     def load(self, changes: Mapping[str, Any]) -> tuple[Inventory, dict[str, Any]]:
-        self.count += 1
-        path = self.workdir / f"candidate-{self.count}.yml"
-        path.write_text(yaml.safe_dump(self.document(changes), sort_keys=False))
-        variant = load_inventory(path)
-        plans = deployment_plans(variant, [self.host], online=False)
-        return variant, plans
+        """The variant and its plans, read once per candidate: the sweep checks it, then runs it."""
+        key = tuple(sorted(changes.items()))
+        if key not in self.loaded:
+            path = self.workdir / f"candidate-{len(self.loaded) + 1}.yml"
+            path.write_text(yaml.safe_dump(self.document(changes), sort_keys=False))
+            variant = load_inventory(path)
+            self.loaded[key] = (variant, deployment_plans(variant, [self.host], online=False))
+        return self.loaded[key]
 
     def refusal(self, changes: Mapping[str, Any]) -> str:
         try:
@@ -255,7 +258,8 @@ def tune(request: TuneRequest, log: Log, clock: Callable[[], float] = time.monot
         planned = tuner.planned()
         max_model_len = int(planned.get("max_model_len") or 2048)
         known_good = tuner.known_good()
-        outcome = TuneOutcome(tuner.host, planned)
+        given = dict(tuner.inventory.models[request.model].engine_args)
+        outcome = TuneOutcome(tuner.host, planned, given)
         gateway = tuner.gateway()
         tuner.mark(known_good)
         try:

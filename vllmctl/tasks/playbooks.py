@@ -40,6 +40,10 @@ class Playbook:
     serial: int | None = None
     max_fail_percentage: float | None = None
 
+    def runs(self, task: str) -> bool:
+        """Whether any phase calls `task`."""
+        return any(call.task == task for phase in self.phases for call in phase.tasks)
+
 
 # Names people reach for as playbooks that are commands (rollback needs the host's release history).
 COMMANDS_NOT_PLAYBOOKS = {"rollback": "it re-activates a known-good release; see `vllmctl rollback --help`"}
