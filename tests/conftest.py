@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -93,6 +94,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in needs_lab:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of a module that used the shared fleet (and its own fixtures' teardown): units it
+    left failed on its worker's hosts (the deployment's two, or the other two) are named in a warning and
+    reset, so the next module, and the lab's own checks of the fleet (tests/lab/testfleet), start from hosts
+    that run clean (CI once saw one `degraded` there)."""
+    yield
+    fleet = getattr(item, "funcargs", {}).get("lab_fleet")
+    # the session's last item: its fleet is gone already, and nothing follows
+    if not isinstance(fleet, LabFleet) or nextitem is None or nextitem.module is item.module:
+        return
+    group = item.get_closest_marker("xdist_group")
+    # each worker resets only its own hosts: the other may be watching a unit fail on its
+    ours = fleet.hosts[:2] if group is not None and group.args[0] == DEPLOYMENT_GROUP else fleet.hosts[2:]
+    for host in ours:
+        left = fleet.failed_units(host, reset=True).strip()
+        if left:
+            warnings.warn(f"{item.module.__name__} left failed units on {host.name}:\n{left}", stacklevel=1)
 
 
 def reap_orphaned_test_fleets() -> None:

@@ -34,6 +34,7 @@ SERVICE_USER = "vllm"
 WAIT_HEALTHY_HELPER = f"{BIN_DIR}/wait-healthy.py"
 ENGINE_GONE_HELPER = f"{BIN_DIR}/engine-gone.py"  # before an engine starts: its last run's processes gone
 HUB_DOWNLOAD_HELPER = f"{BIN_DIR}/hub-download.py"
+VLLM_CLI_HELPER = f"{BIN_DIR}/vllm-cli.py"  # vLLM's CLI under any build's name (multi-node launcher vllm)
 # the gateway: HAProxy from the distribution's packages, its config where the package's unit reads it
 HAPROXY_CONFIG = "/etc/haproxy/haproxy.cfg"
 HAPROXY_CANDIDATE = "/etc/haproxy/haproxy.cfg.vllmctl-candidate"  # `haproxy -c` checks it first

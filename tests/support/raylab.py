@@ -3,6 +3,7 @@ tiny model on both and the engine venv installed by `vllmctl apply --playbook en
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -22,6 +23,7 @@ from vllmctl.lab.testing import LabFleet, LabHostInfo
 
 GROUP = "raylab"
 RAY_UNIT = f"vllmctl-ray-{GROUP}.service"
+GROUP_DIR = f"/var/lib/vllmctl/groups/{GROUP}"
 MODEL_DIR = "/var/tmp/vllmctl-ray9-{pid}/tiny"
 
 
@@ -44,6 +46,39 @@ class RayLab:
         env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "XDG_STATE_HOME": str(self.workdir)}
         argv = [sys.executable, "-m", "vllmctl", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+    def apply(self, name: str, *extra: str, timeout: float = 1500) -> tuple[int, dict[str, Any], str]:
+        """`vllmctl apply --yes --json` of the inventory written as `name`: exit code, JSON, stderr."""
+        env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(self.workdir)}
+        argv = [
+            sys.executable,
+            "-m",
+            "vllmctl",
+            "apply",
+            str(self.inventory(name)),
+            "--yes",
+            "--json",
+            *extra,
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        try:
+            doc: dict[str, Any] = json.loads(done.stdout)
+        except ValueError:
+            raise AssertionError(
+                f"no JSON from apply (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            ) from None
+        return done.returncode, doc, done.stderr
+
+    def pointers(self) -> dict[str, tuple[str, str]]:
+        """Each node's (current, known-good) group release."""
+        found = {}
+        for host in self.hosts:
+            read = [
+                self.sh(host, f"sudo readlink {GROUP_DIR}/{name} || true").strip().rsplit("/", 1)[-1]
+                for name in ("current", "known-good")
+            ]
+            found[host.name] = (read[0], read[1])
+        return found
 
     def sh(self, host: LabHostInfo, command: str, timeout: float = 120) -> str:
         result = self.fleet.ssh(host, command, timeout=timeout)

@@ -92,8 +92,10 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
         ui.json(status.to_json())
     else:
         units = ", ".join(f"{host} {state}" for host, state in status.ray_units.items())
-        ui.data(f"group {status.group} (head {status.head}): Ray units: {units}")
-        ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
+        own = status.launcher == "vllm"
+        ui.data(f"group {status.group} (head {status.head}): {'engine' if own else 'Ray'} units: {units}")
+        if not own:
+            ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
         ui.data(f"{status.engine_unit} on {status.head}: {status.engine}")
         current = ", ".join(f"{host} {found}" for host, found in status.releases.items())
         known_good = ", ".join(f"{host} {found}" for host, found in status.known_good.items())

@@ -103,10 +103,19 @@ def _check_model(
         checker.add(
             ("models", model, "hosts"),
             f"model '{model}' is multi-node but its engine is sglang",
-            "multi-node serving on Ray is built for vllm only; use engine: {name: vllm}",
+            "multi-node serving is built for vllm only; use engine: {name: vllm}",
         )
-    ray = ray_settings_or_none(groups[named[0]])
+    group = groups[named[0]]
     port = body.get("port", 8000)
+    if group.get("launcher") == "vllm":
+        if port == group.get("master_port", 29501):
+            checker.add(
+                ("models", model, "port"),
+                f"port {port} is also the master_port of group '{named[0]}'",
+                "pick a server port other than the group's master_port",
+            )
+        return
+    ray = ray_settings_or_none(group)
     if ray is not None and isinstance(port, int):
         taken = {getattr(ray, key): key for key in FIXED_PORTS}
         if port in taken or ray.min_worker_port <= port <= ray.max_worker_port:
@@ -132,6 +141,8 @@ def cluster_specs(data: dict[str, Any], resolved: Resolved) -> dict[str, Cluster
             hosts=resolved.groups.get(name, ()),
             interface=raw.get("cluster_interface"),
             ray=ray_settings(raw),
+            launcher=raw.get("launcher", "ray"),
+            master_port=raw.get("master_port", 29501),
         )
         for name, raw in multi_node_groups(data).items()
     }

@@ -87,12 +87,14 @@ class RaySettings:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A group marked multi_node: its hosts (the first is the Ray head) serve each model as one engine."""
+    """A group marked multi_node: its hosts (the first is the head) serve each model as one engine."""
 
     group: str
     hosts: tuple[str, ...]
     interface: str | None = None
     ray: RaySettings = field(default_factory=RaySettings)
+    launcher: str = "ray"  # or "vllm": vLLM's own --nnodes launcher, no Ray (docs/multinode.md)
+    master_port: int = 29501  # launcher vllm: the head's torch.distributed port
 
 
 @dataclass(frozen=True)

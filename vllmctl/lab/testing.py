@@ -50,6 +50,15 @@ class LabFleet:
             self.ssh_argv(host, command), capture_output=True, text=True, timeout=timeout, check=False
         )
 
+    def failed_units(self, host: LabHostInfo, reset: bool = False) -> str:
+        """Each failed unit on the host with the end of its journal ("" when none); `reset` clears them."""
+        script = (
+            "for u in $(systemctl --failed --no-legend --plain | cut -d' ' -f1); do "
+            'echo "== $u"; sudo journalctl -u "$u" --no-pager -n 15; done'
+        ) + ("; sudo systemctl reset-failed" if reset else "")
+        done = self.ssh(host, script, timeout=60)
+        return done.stdout + (done.stderr if done.returncode else "")
+
     def wait_running(self, host: LabHostInfo, deadline_s: float = 60) -> str:
         """Wait until systemd in the host reports `running`; returns the last state seen."""
         deadline = time.monotonic() + deadline_s

@@ -4,12 +4,13 @@ venv, units), the order (head, then workers, then vLLM on the head), and reading
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
 from vllmctl.inventory.model import ClusterSpec, EngineSpec
 from vllmctl.ops.engine import index_source
-from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER, UNIT_DIR
+from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER, UNIT_DIR, VLLM_CLI_HELPER
 from vllmctl.render.quoting import shell_join, shell_word
 from vllmctl.tasks.desired import venv_path
 
@@ -59,6 +60,21 @@ def ray_install_script(
             *index.prelude(),
             f"[ -x {python} ] || python3 -m venv {shell_word(venv)}",
             f"{python} -c {shell_word(check)} 2>/dev/null || {shell_join(install)}",
+        ]
+    )
+
+
+def cli_helper_script() -> str:
+    """Writes the script that runs vLLM's CLI (launcher vllm) from stdin, replaced whole."""
+    path = shell_word(VLLM_CLI_HELPER)
+    temp = shell_word(f"{VLLM_CLI_HELPER}.tmp")
+    return "\n".join(
+        [
+            "set -e",
+            f"install -d -m 0755 {shell_word(posixpath.dirname(VLLM_CLI_HELPER))}",
+            f"cat > {temp}",
+            f"chmod 0644 {temp}",
+            f"mv -f {temp} {path}",
         ]
     )
 

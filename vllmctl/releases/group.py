@@ -14,7 +14,12 @@ from typing import Any
 
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.plan import ClusterPlan
-from vllmctl.multinode.units import ray_unit_name, render_head_engine_unit, render_ray_unit
+from vllmctl.multinode.units import (
+    ray_unit_name,
+    render_head_engine_unit,
+    render_node_engine_unit,
+    render_ray_unit,
+)
 from vllmctl.paths import GROUPS_DIR
 from vllmctl.releases.host import (
     HostReleases,
@@ -53,6 +58,7 @@ class GroupManifest(Manifest):
     pp: int = 0
     gpus_per_node: int = 0
     ray_address: str = ""  # the head's GCS, IP:port, as the Ray units of this release use it
+    launcher: str = "ray"  # or "vllm": the engine unit on every node, no Ray (older manifests: ray)
 
 
 @dataclass(frozen=True)
@@ -72,25 +78,35 @@ class GroupSpec:
     venv_path: str
     units: Mapping[str, Mapping[str, str]]  # node -> unit file name -> content
     models: Mapping[str, Mapping[str, Any]]  # on the head when the engine is part of the release
+    launcher: str = "ray"  # or "vllm": the engine unit on every node, no Ray
 
 
 def group_spec(
     inv: Inventory, plan: ClusterPlan, engine: EngineSpec, addresses: Mapping[str, str], start_engine: bool
 ) -> GroupSpec:
-    """What the run wants: every used node's Ray unit, and the engine unit on the head when it is started."""
+    """What the run wants. Launcher ray: every used node's Ray unit, and the engine unit on the head when it
+    is started. Launcher vllm: the engine unit on every used node (`start_engine` False: nothing to run)."""
     cluster, gpus = plan.cluster, int(plan.plan.gpu_count)
     envs = {host: inv.hosts[host].vars.get("env", {}) for host in plan.hosts}
-    units = {
-        host: {
-            ray_unit_name(cluster.group): render_ray_unit(cluster, engine, host, addresses, gpus, envs[host])
-        }
-        for host in plan.hosts
-    }
+    model = inv.models[plan.model]
+    own = cluster.launcher == "vllm"
+    units: dict[str, dict[str, str]] = {host: {} for host in plan.hosts}
+    engine_unit = unit_name(model.name, 0)
+    for host in plan.hosts if not own else ():
+        units[host][ray_unit_name(cluster.group)] = render_ray_unit(
+            cluster, engine, host, addresses, gpus, envs[host]
+        )
     models: dict[str, dict[str, Any]] = {}
     if start_engine:
-        model = inv.models[plan.model]
-        text = render_head_engine_unit(model, engine, plan, addresses, envs[plan.head])
-        units[plan.head][unit_name(model.name, 0)] = text
+        if own:
+            for host in plan.hosts:
+                units[host][engine_unit] = render_node_engine_unit(
+                    model, engine, plan, host, addresses, envs[host]
+                )
+        else:
+            units[plan.head][engine_unit] = render_head_engine_unit(
+                model, engine, plan, addresses, envs[plan.head]
+            )
         ports = [model.port]
         models[model.name] = {
             "source": model.source,
@@ -106,7 +122,8 @@ def group_spec(
         tp=plan.tp,
         pp=plan.pp,
         gpus_per_node=gpus,
-        ray_address=f"{addresses[plan.head]}:{cluster.ray.gcs_port}",
+        ray_address="" if own else f"{addresses[plan.head]}:{cluster.ray.gcs_port}",
+        launcher=cluster.launcher,
         engine=engine.name,
         engine_version=engine.version,
         venv_path=venv_path(engine),
@@ -148,6 +165,7 @@ def group_manifests(
             pp=spec.pp,
             gpus_per_node=spec.gpus_per_node,
             ray_address=spec.ray_address,
+            launcher=spec.launcher,
         )
         for node in spec.nodes
     }

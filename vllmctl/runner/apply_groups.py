@@ -173,7 +173,7 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         missing_ray = [
             f"{h}: ray {version} would be installed in the engine venv"
             for h, f in facts.items()
-            if f.ray_version != version
+            if f.ray_version != version and plan.cluster.launcher == "ray"
         ]
         spec = group_spec(inv, plan, engine, addresses, start_engine=True)
         wanted = group_manifests(spec, opts.gate.created_at, opts.gate.owner, opts.gate.inventory_digest)

@@ -31,6 +31,8 @@ from vllmctl.multinode.preflight import (
     stop_listener_argv,
 )
 from vllmctl.multinode.preflight_checks import fact_problems, reachability_problems
+from vllmctl.multinode.units import VLLM_CLI
+from vllmctl.paths import VLLM_CLI_HELPER
 from vllmctl.runner.fleet import fan_out
 from vllmctl.status.group import cluster_state, node_state_script
 from vllmctl.status.model import ClusterState
@@ -139,13 +141,19 @@ def prepare_nodes(
     log: Log,
     credentials: str | None = None,
 ) -> None:
-    """Provisioning only (nothing starts): the service user, Ray's directory, Ray in the engine venv."""
+    """Provisioning only (nothing starts): the service user, Ray's directory, and Ray in the engine venv
+    (launcher ray) or the script that runs vLLM's CLI there (launcher vllm)."""
     cluster = plan.cluster
+    own = cluster.launcher == "vllm"
 
     def prepare(host: str) -> None:
         transport = SshTransport(inv.hosts[host])
         try:
             _must(transport, bringup.node_setup_script(), "service user and Ray directory", 60)
+            if own:
+                script, stdin = bringup.cli_helper_script(), VLLM_CLI.encode()
+                _must(transport, script, f"writing {VLLM_CLI_HELPER}", 60, stdin)
+                return
             script = bringup.ray_install_script(engine, cluster, index_url, credentials)
             stdin = bringup.ray_install_stdin(index_url, credentials)
             _must(transport, script, "installing ray", 900, stdin)
@@ -155,7 +163,11 @@ def prepare_nodes(
     for host, outcome in fan_out(plan.hosts, prepare, FORKS).items():
         if isinstance(outcome, VllmctlError):
             raise outcome
-        log(f"{host}: ray {cluster.ray.version} in the engine venv")
+        log(
+            f"{host}: {VLLM_CLI_HELPER} written"
+            if own
+            else f"{host}: ray {cluster.ray.version} in the engine venv"
+        )
 
 
 def cluster_status(

@@ -68,7 +68,9 @@ def bring_up(
         report = run_preflight(inv, found.model, found.cluster, engine, timeout_s=timeout_s)
         if not report.ok:
             return report, None
-        spec = group_spec(inv, plan, engine, node_addresses(inv, report.facts), start_engine)
+        # launcher vllm has no cluster without its engine: its units are the engine's ranks
+        starts = start_engine or found.cluster.launcher == "vllm"
+        spec = group_spec(inv, plan, engine, node_addresses(inv, report.facts), starts)
         return report, deploy_group(inv, spec, opts, log, locked)
     finally:
         locked.close()

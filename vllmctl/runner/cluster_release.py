@@ -212,18 +212,30 @@ def activate_and_check(
         return Verdict(False, (exc.render(),), {}), None
     if engine_unit not in manifests[head].units:
         return Verdict(True, (), {}), ray
-    return check_engine(nodes, manifests[head], engine_unit, opts, log, bench), ray
+    ranks = [node for node in nodes.names[1:] if engine_unit in manifests[node].units]
+    return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
 
 
 def check_engine(
-    nodes: Nodes, manifest: GroupManifest, engine_unit: str, opts: GroupGateOptions, log: Log, bench: bool
+    nodes: Nodes,
+    manifest: GroupManifest,
+    engine_unit: str,
+    opts: GroupGateOptions,
+    log: Log,
+    bench: bool,
+    ranks: Sequence[str] = (),
 ) -> Verdict:
+    """The engine (re)started, headless `ranks` first (launcher vllm: they wait for rank 0 at its master
+    port), then gated on the head's API."""
     head = manifest.head
     show = f"systemctl show -p {SHOW_PROPERTIES} -- {shell_word(engine_unit)}"
     before = restart_count(nodes.shell(head, show, sudo=False))
 
     watch = watch_units(nodes.remotes[head], [engine_unit], nodes.timeout_s, before)
     since = nodes.shell(head, "date +%s", sudo=False).strip()
+    for node in ranks:  # every rank restarts with rank 0: a rank left running holds the old group's state
+        nodes.step(node, restart_step([engine_unit]))
+        log(f"{node}: {engine_unit} started (headless rank {nodes.names.index(node)})")
     nodes.step(head, restart_step([engine_unit]))
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
@@ -244,8 +256,13 @@ def check_engine(
     return verdict
 
 
-def wait_formed(nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, log: Log) -> bringup.RayStatus:
-    """`ray status` on the head until every node and GPU of the release is there."""
+def wait_formed(
+    nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, log: Log
+) -> bringup.RayStatus | None:
+    """`ray status` on the head until every node and GPU of the release is there; None without Ray (launcher
+    vllm: the ranks meet when the engine starts, and the gate judges them)."""
+    if manifest.launcher != "ray":
+        return None
     argv = [f"{manifest.venv_path}/bin/ray", "status", f"--address={manifest.ray_address}"]
     deadline = opts.clock() + opts.formed_timeout_s
     missing = "no answer yet"

@@ -124,11 +124,9 @@ def read_engine_env(nodes: Nodes, group: str, model: str) -> EngineEnv:
 
 
 def group_units(group: str, model: str, nodes: Sequence[str]) -> dict[str, list[str]]:
-    """The units a group's node may carry: its Ray unit; on the head also the engine unit."""
-    return {
-        node: [ray_unit_name(group), *([unit_name(model, 0)] if i == 0 else [])]
-        for i, node in enumerate(nodes)
-    }
+    """The units a group's node may carry: its Ray unit and the engine unit (launcher ray: on the head only;
+    launcher vllm: on every node). Both are read everywhere, so a change of launcher removes the other's."""
+    return {node: [ray_unit_name(group), unit_name(model, 0)] for node in nodes}
 
 
 def multi_node_groups(inv: Inventory) -> tuple[list[GroupNodes], dict[str, VllmctlError]]:

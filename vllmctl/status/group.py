@@ -1,6 +1,6 @@
 """A multi-node model's group seen as one, pure: the one script each used node runs for its state (its Ray
-unit and group release pointers; on the head also the engine unit and `ray status`), the answers read into
-a ClusterState, and which models `vllmctl status` shows as a group entry.
+unit, or its engine rank's with launcher vllm, and group release pointers; on the head also the engine unit
+and `ray status`), the answers read into a ClusterState, and which models `vllmctl status` shows as a group.
 """
 
 from __future__ import annotations
@@ -28,6 +28,23 @@ def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_add
     """key=value lines: the Ray unit's state; on the head also the engine unit's state, then `ray status`
     after RAY_STATUS_MARK (at the cluster interface's address, else `head_address`)."""
     pointers = shell_word(group_dir(plan.cluster.group))
+    engine_unit = shell_word(unit_name(plan.model, 0))
+    if plan.cluster.launcher == "vllm":  # no Ray: each node's own unit is its engine rank
+        return (
+            "\n".join(
+                [
+                    f"echo ray_unit=$(systemctl is-active {engine_unit})",
+                    f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
+                    f"echo known_good=$(readlink {pointers}/known-good || echo {NO_RELEASE})",
+                    *(
+                        [f"echo engine_unit=$(systemctl is-active {engine_unit})"]
+                        if host == plan.head
+                        else []
+                    ),
+                ]
+            )
+            + "\n"
+        )
     lines = [
         f"echo ray_unit=$(systemctl is-active {shell_word(ray_unit_name(plan.cluster.group))})",
         f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
@@ -37,7 +54,7 @@ def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_add
         fallback = shell_word(head_address)
         ray = shell_word(f"{venv_path(engine)}/bin/ray")
         lines += [
-            f"echo engine_unit=$(systemctl is-active {shell_word(unit_name(plan.model, 0))})",
+            f"echo engine_unit=$(systemctl is-active {engine_unit})",
             f"ip=$({interface_ip_command(plan.cluster.interface)})",
             f'[ "$ip" = {MISSING} ] && ip={fallback}',
             f"echo {shell_word(RAY_STATUS_MARK)}",
@@ -76,7 +93,11 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
         if host == plan.head:
             engine, ray_text = values.get("engine_unit", "unknown"), ray
     counted = parse_ray_status(ray_text) if ray_text else RayStatus(0, 0.0)
-    missing = cluster_formed(counted, plan.pp, int(plan.plan.gpu_count))
+    if plan.cluster.launcher == "vllm":
+        active = sum(state == "active" for state in units.values())
+        missing = None if active == len(plan.hosts) else f"{active} of {len(plan.hosts)} ranks' units active"
+    else:
+        missing = cluster_formed(counted, plan.pp, int(plan.plan.gpu_count))
     said = (ray_text or "").strip()
     if missing is not None and said and "Active:" not in said:  # not a status at all: quote its last line
         missing += f" ({said.splitlines()[-1][-200:]})"
@@ -92,6 +113,7 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
         errors=errors,
         releases=releases,
         known_good=known_good,
+        launcher=plan.cluster.launcher,
     )
 
 

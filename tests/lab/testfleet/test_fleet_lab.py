@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllmctl.lab.testing import LabFleet, vllmctl
+from vllmctl.lab.testing import LabFleet, LabHostInfo, vllmctl
 
 pytestmark = pytest.mark.lab
+
+
+def failed_units(fleet: LabFleet, host: LabHostInfo) -> str:
+    return f"\n{host.name}:\n{fleet.failed_units(host)}"
 
 
 def test_hosts_are_distinct_machines_running_systemd(lab_fleet: LabFleet) -> None:
@@ -27,7 +31,7 @@ def test_hosts_are_distinct_machines_running_systemd(lab_fleet: LabFleet) -> Non
         assert hostname == host.name
         assert root_uid == "0"
         seen.add(machine_id)
-        assert lab_fleet.wait_running(host) == "running"
+        assert lab_fleet.wait_running(host) == "running", failed_units(lab_fleet, host)
     assert len(seen) == len(lab_fleet.hosts) == 4
 
 
@@ -163,7 +167,8 @@ def test_sixteen_hosts_answer_over_ssh(lab_fleet_16: LabFleet) -> None:
 
 def test_lab_check_reports_every_host_ready(lab_fleet: LabFleet) -> None:
     result = vllmctl("lab", "check", "--name", lab_fleet.name, "--json")
-    assert result.returncode == 0, result.stderr
+    failed = "".join(failed_units(lab_fleet, h) for h in lab_fleet.hosts) if result.returncode else ""
+    assert result.returncode == 0, result.stderr + failed
     rows = json.loads(result.stdout)
     assert [(r["name"], r["hostname"], r["system_state"], r["gpus"], r["ok"]) for r in rows] == [
         (h.name, h.name, "running", gpus, True)

@@ -5,6 +5,7 @@ unchanged (#19)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,48 @@ def test_a_group_rolled_back_by_hand_or_by_its_gate_is_what_apply_finds(
     assert changes_for(hosts, "--max-num-seqs 16") == [
         f"{NODES[0]}: {ENV_FILE} changed: the engine would be restarted"
     ]
+
+
+def launcher_spec(flags: str) -> GroupSpec:
+    """Launcher vllm: the engine unit on both nodes (rank 1 headless), no Ray unit, no Ray address."""
+    units = {
+        node: {ENGINE: f"[Service]\nExecStart=vllm serve {flags} --node-rank {i}\n"}
+        for i, node in enumerate(NODES)
+    }
+    return replace(spec(flags), units=units, ray_address="", launcher="vllm")
+
+
+def test_launcher_vllm_starts_the_headless_rank_before_rank_0_and_rolls_both_back(
+    hosts: dict[str, LocalRemote],
+) -> None:
+    inv, log = inventory(), []
+    for remote in hosts.values():  # launcher vllm never asks Ray: a call would fail the release
+        remote.local(f"{VENV}/bin/ray").write_text("#!/bin/sh\nexit 99\n")
+    first = deploy_group(inv, launcher_spec("--max-num-seqs 8"), options(hosts, 1), log.append)
+    assert first.status == "passed" and first.ray is None, first
+    again = deploy_group(inv, launcher_spec("--max-num-seqs 8"), options(hosts, 2), log.append)
+    assert (again.status, again.release) == ("unchanged", first.release)
+    started = [line for line in log if " started (" in line]
+    assert started == [
+        f"{NODES[1]}: {ENGINE} started (headless rank 1)",
+        f"{NODES[0]}: {ENGINE} started (PP 2 x TP 8)",
+    ]
+    for remote in hosts.values():
+        assert (remote.root / "active" / ENGINE).exists()
+        assert not (remote.root / "active" / RAY).exists()
+
+    bad = deploy_group(inv, launcher_spec("--bogus"), options(hosts, 3), log.append)
+    assert (bad.status, bad.rolled_back_to) == ("rolled_back", first.release), bad
+    for name, remote in hosts.items():
+        unit = remote.local(f"/etc/systemd/system/{ENGINE}").read_text()
+        assert "--max-num-seqs 8" in unit and (remote.root / "active" / ENGINE).exists(), name
+    wanted = group_manifests(
+        launcher_spec("--max-num-seqs 8"), "2026-11-21T10:00:00+00:00", "ops@ctl", "d" * 64
+    )
+    nodes = Nodes(inventory(), NODES, 10, connect=lambda host: hosts[host.name])
+    try:
+        states = read_states(nodes, GROUP)
+        installed = read_units(nodes, group_units(GROUP, MODEL, NODES))
+    finally:
+        nodes.close()
+    assert pending_changes(wanted, states, installed) == []

@@ -90,6 +90,7 @@ def test_every_unit_active_and_the_cluster_whole_is_ok(load: Load) -> None:
     assert state.to_json() == {
         "group": "big",
         "head": "gpu-01",
+        "launcher": "ray",
         "ray_units": {"gpu-01": "active", "gpu-02": "active"},
         "ray_nodes": 2,
         "ray_gpus": 16.0,
