@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vllmctl.inventory.model import ClusterSpec, RaySettings
+from vllmctl.inventory.model import MASTER_PORT, ClusterSpec, RaySettings
 
 if TYPE_CHECKING:
     from vllmctl.inventory.resolve import Checker, Resolved
@@ -108,7 +108,7 @@ def _check_model(
     group = groups[named[0]]
     port = body.get("port", 8000)
     if group.get("launcher") == "vllm":
-        if port == group.get("master_port", 29501):
+        if port == group.get("master_port", MASTER_PORT):
             checker.add(
                 ("models", model, "port"),
                 f"port {port} is also the master_port of group '{named[0]}'",
@@ -142,7 +142,7 @@ def cluster_specs(data: dict[str, Any], resolved: Resolved) -> dict[str, Cluster
             interface=raw.get("cluster_interface"),
             ray=ray_settings(raw),
             launcher=raw.get("launcher", "ray"),
-            master_port=raw.get("master_port", 29501),
+            master_port=raw.get("master_port", MASTER_PORT),
         )
         for name, raw in multi_node_groups(data).items()
     }

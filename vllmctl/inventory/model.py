@@ -85,6 +85,9 @@ class RaySettings:
     dashboard: bool = False
 
 
+MASTER_PORT = 29501  # vLLM's own default (ParallelConfig.master_port)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """A group marked multi_node: its hosts (the first is the head) serve each model as one engine."""
@@ -94,7 +97,7 @@ class ClusterSpec:
     interface: str | None = None
     ray: RaySettings = field(default_factory=RaySettings)
     launcher: str = "ray"  # or "vllm": vLLM's own --nnodes launcher, no Ray (docs/multinode.md)
-    master_port: int = 29501  # launcher vllm: the head's torch.distributed port
+    master_port: int = MASTER_PORT  # launcher vllm: the head's torch.distributed port
 
 
 @dataclass(frozen=True)

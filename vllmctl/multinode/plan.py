@@ -246,13 +246,14 @@ def cluster_entries(
 
 
 def _for_host(cluster: ClusterPlan, host: str) -> DeploymentPlan:
-    kind = "vLLM rank" if cluster.cluster.launcher == "vllm" else "Ray"
+    own = cluster.cluster.launcher == "vllm"
     if host == cluster.head:
-        role, why = "head", f"{kind} head; runs the API server and pipeline stage 0 of {cluster.pp}"
+        kind = "vLLM rank head" if own else "Ray head"
+        role, why = "head", f"{kind}; runs the API server and pipeline stage 0 of {cluster.pp}"
     elif host in cluster.workers:
         stage = cluster.hosts.index(host)
-        where = f"pipeline stage {stage} of {cluster.pp} (head {cluster.head})"
-        role, why = "worker", f"{kind} {'(headless) ' if kind != 'Ray' else ''}worker; {where}"
+        kind = "vLLM rank (headless) worker" if own else "Ray worker"
+        role, why = "worker", f"{kind}; pipeline stage {stage} of {cluster.pp} (head {cluster.head})"
     else:
         role, why = "spare", "the model fits on fewer nodes; nothing of it runs here"
     return replace(cluster.plan, reasons=(*cluster.plan.reasons, Decision("role", role, why)))

@@ -92,21 +92,19 @@ def group_spec(
     own = cluster.launcher == "vllm"
     units: dict[str, dict[str, str]] = {host: {} for host in plan.hosts}
     engine_unit = unit_name(model.name, 0)
-    for host in plan.hosts if not own else ():
-        units[host][ray_unit_name(cluster.group)] = render_ray_unit(
-            cluster, engine, host, addresses, gpus, envs[host]
-        )
+    for host in plan.hosts:
+        if not own:
+            text = render_ray_unit(cluster, engine, host, addresses, gpus, envs[host])
+            units[host][ray_unit_name(cluster.group)] = text
+        if start_engine and own:
+            units[host][engine_unit] = render_node_engine_unit(
+                model, engine, plan, host, addresses, envs[host]
+            )
     models: dict[str, dict[str, Any]] = {}
     if start_engine:
-        if own:
-            for host in plan.hosts:
-                units[host][engine_unit] = render_node_engine_unit(
-                    model, engine, plan, host, addresses, envs[host]
-                )
-        else:
-            units[plan.head][engine_unit] = render_head_engine_unit(
-                model, engine, plan, addresses, envs[plan.head]
-            )
+        if not own:
+            text = render_head_engine_unit(model, engine, plan, addresses, envs[plan.head])
+            units[plan.head][engine_unit] = text
         ports = [model.port]
         models[model.name] = {
             "source": model.source,

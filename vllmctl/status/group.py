@@ -29,28 +29,16 @@ def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_add
     after RAY_STATUS_MARK (at the cluster interface's address, else `head_address`)."""
     pointers = shell_word(group_dir(plan.cluster.group))
     engine_unit = shell_word(unit_name(plan.model, 0))
-    if plan.cluster.launcher == "vllm":  # no Ray: each node's own unit is its engine rank
-        return (
-            "\n".join(
-                [
-                    f"echo ray_unit=$(systemctl is-active {engine_unit})",
-                    f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
-                    f"echo known_good=$(readlink {pointers}/known-good || echo {NO_RELEASE})",
-                    *(
-                        [f"echo engine_unit=$(systemctl is-active {engine_unit})"]
-                        if host == plan.head
-                        else []
-                    ),
-                ]
-            )
-            + "\n"
-        )
+    with_ray = plan.cluster.launcher == "ray"
+    node_unit = shell_word(ray_unit_name(plan.cluster.group)) if with_ray else engine_unit  # vllm: its rank
     lines = [
-        f"echo ray_unit=$(systemctl is-active {shell_word(ray_unit_name(plan.cluster.group))})",
+        f"echo ray_unit=$(systemctl is-active {node_unit})",
         f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
         f"echo known_good=$(readlink {pointers}/known-good || echo {NO_RELEASE})",
     ]
-    if host == plan.head:
+    if host == plan.head and not with_ray:
+        lines.append(f"echo engine_unit=$(systemctl is-active {engine_unit})")
+    if host == plan.head and with_ray:
         fallback = shell_word(head_address)
         ray = shell_word(f"{venv_path(engine)}/bin/ray")
         lines += [
