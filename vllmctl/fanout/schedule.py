@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllmctl.fanout.hub import HubSnapshot
+
 CONTROLLER = "controller"
 MAX_ATTEMPTS = 3  # sources tried for one target before it is left to the controller's own push
 
@@ -31,6 +33,7 @@ class Schedule:
     bad: set[str] = field(default_factory=set)  # sources that died or served a corrupt copy
     failed: dict[str, str] = field(default_factory=dict)  # target -> why it got no copy
     copying: set[str] = field(default_factory=set)  # targets with a copy under way
+    controller: bool = True  # False for a hub model: the controller holds no copy to serve
 
     @property
     def done(self) -> bool:
@@ -60,7 +63,7 @@ class Schedule:
                     started.append(self._start(target, source))
                     assigned = True
         in_flight = any(n for s, n in self.busy.items() if s != CONTROLLER)
-        if self.busy.get(CONTROLLER, 0) == 0 and not in_flight:
+        if self.controller and self.busy.get(CONTROLLER, 0) == 0 and not in_flight:
             live = set(self._live())
             for target in self.pending:
                 tried = self.tried.get(target, set())
@@ -112,10 +115,14 @@ class Schedule:
 
 
 def preview(
-    holders: Sequence[str], pending: Sequence[str], per_source: int, labels: Mapping[str, str]
+    holders: Sequence[str],
+    pending: Sequence[str],
+    per_source: int,
+    labels: Mapping[str, str],
+    controller: bool = True,
 ) -> list[list[Copy]]:
     """The rounds `apply` would run if every copy took as long as every other: the plan `--check` shows."""
-    schedule = Schedule(list(holders), list(pending), per_source, labels)
+    schedule = Schedule(list(holders), list(pending), per_source, labels, controller=controller)
     rounds: list[list[Copy]] = []
     while not schedule.done:
         copies = schedule.next_copies()
@@ -151,16 +158,22 @@ class FolderFanout:
     skipped: dict[str, str] = field(default_factory=dict)  # host -> why it is left to its own push
     planned: dict[str, str] = field(default_factory=dict)  # target -> its source in the preview
     copies: dict[str, HostCopy] = field(default_factory=dict)
+    hub: HubSnapshot | None = None  # a hub model: its blobs, each checked by the hash the hub named it by
+    seed: str = ""  # a hub model no host held: the host whose own run downloads it first
 
     def rounds(self, per_source: int, labels: Mapping[str, str]) -> list[list[Copy]]:
-        return preview(self.holders, list(self.stale), per_source, labels)
+        holders = self.holders or ([self.seed] if self.seed else [])
+        return preview(holders, list(self.stale), per_source, labels, controller=self.hub is None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "holders": self.holders,
             "skipped": self.skipped,
             "hosts": {host: vars(copy) for host, copy in self.copies.items()},
         }
+        if self.hub is not None:
+            found.update(repo=self.hub.repo, revision=self.hub.revision, commit=self.hub.commit)
+        return {**found, "seed": self.seed} if self.seed else found
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ KEY_COMMENT = "vllmctl-fanout-"
 ACCESS_MINUTES = 120  # the granted line expires on the source even if nothing revokes it
 IO_TIMEOUT_S = 60  # rsync gives up on a source that sends nothing this long (a dead host)
 CORRUPT_EXIT = 65
+GIT_SUMS = "gitsums"  # a hub model copy's `<git blob id>  blobs/<id>` lines (fanout/hub.py)
 RECEIVED = re.compile(r"^Total bytes received: ([\d,]+)", re.MULTILINE)
 
 # apt sources may not be read yet on a fresh host: update once, only if the install cannot find the package
@@ -82,7 +83,8 @@ def known_hosts_line(address: str, port: int, key_type: str, key_base64: str) ->
 
 
 def sums_text(files: Sequence[Mapping[str, Any]]) -> str:
-    return "".join(f"{f['sha256']}  {f['name']}\n" for f in files)
+    """sha256 per file; a hub model's git-kept file has none (its git blob id is checked instead)."""
+    return "".join(f"{f['sha256']}  {f['name']}\n" for f in files if f["sha256"])
 
 
 def names_text(files: Sequence[Mapping[str, Any]]) -> str:
@@ -100,8 +102,9 @@ def pull(
 ) -> str:
     """Run on the target as root: the files named in `keydir/files` pulled into the incoming directory
     (a cut-off pull's partial file is the basis of the next: rsync sends only what it lacks, and checks the
-    whole file after), checked against `keydir/sums`, then renamed into the folder.
-    A file whose sha256 does not match is removed and the script exits CORRUPT_EXIT: it never counts."""
+    whole file after), checked against `keydir/sums` (and a hub model's git-kept files against their git blob
+    ids, `keydir/gitsums`), then renamed into the folder.
+    A file whose hash does not match is removed and the script exits CORRUPT_EXIT: it never counts."""
     d, inc, q = shell_word(keydir), shell_word(f"{folder}/{INCOMING}"), shell_word
     ssh = shell_join(
         [
@@ -119,10 +122,11 @@ def pull(
     outside = q(f"not writing into {folder}: the name resolves outside it")
     return (
         f"set -e; umask 022; install -d -m 0700 {inc}; {rsync}; cd {inc}; "
-        f"if ! bad=$(sha256sum --check --quiet {d}/sums 2>/dev/null); then "
+        f"if [ -s {d}/sums ] && ! bad=$(sha256sum --check --quiet {d}/sums 2>/dev/null); then "
         "printf '%s\\n' \"$bad\" | sed -n 's/: FAILED.*//p' | "
         'while IFS= read -r n; do rm -f -- "$n"; done; '
         f'echo "sha256 mismatch: $bad" >&2; exit {CORRUPT_EXIT}; fi; '
+        f"if [ -f {d}/{GIT_SUMS} ]; then python3 {d}/git_check.py {d}/{GIT_SUMS} || exit {CORRUPT_EXIT}; fi; "
         f"top=$(realpath -m -- {q(folder)}); "
         f'while IFS= read -r n; do p=$(realpath -m -- "$(dirname -- {q(folder)}/"$n")"); '
         f'case "$p/" in "$top"/*) ;; *) echo {outside} "$n" >&2; exit 1 ;; esac; '

@@ -28,7 +28,8 @@ from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owne
 from vllmctl.runner.engine_cuda import with_engine_cuda
 from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
-from vllmctl.runner.fanout import fan_out_first, record_fanout
+from vllmctl.runner.fanout import fan_out_first
+from vllmctl.runner.fanout_record import record_fanout
 from vllmctl.runner.fleet import (
     cached_ssh_remote,
     deployment_plans,
@@ -240,7 +241,9 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     }
     if playbook.runs("engine_install"):
         contexts = with_engine_cuda(contexts, ui.warn, online=not args.offline)  # the driver check's CUDA
-    staging, contexts = fan_out_first(playbook, contexts, inventory.staging, args.check, args.forks, ui.info)
+    staged, contexts = fan_out_first(
+        playbook, contexts, inventory.staging, args.check, args.forks, ui.info, args.offline
+    )
     guard: RolloutGuard | None = None
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
@@ -263,6 +266,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         else release_hook(args, inventory, started, keys),
         after_held=None if args.check or not gates(playbook) else keep_current_hook(args),
         guard=guard,
+        first=staged.seeds,
+        after_first=staged.after_seeds,
     )
     try:
         with Progress(ui, hosts) as progress:
@@ -271,7 +276,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     finally:
         if guard is not None:
             guard.close()
-    record_fanout(result, staging, args.check)
+    record_fanout(result, staged.found, args.check)
     if guard is not None:
         for name, host in result.hosts.items():
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
@@ -302,4 +307,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups, verdict, staging)
+    return ApplyOutcome(result, groups, verdict, staged.found)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,10 @@ class RunOptions:
     # release is decided; it holds a host back when the rollout stopped or a model would lose its replicas
     guard: EngineGuard | None = None
     stop: threading.Event = STOP  # set by a signal: each host stops at its next step boundary
+    # hosts run alone before every other (the seeds of a hub model's fan-out), then `after_first` is told
+    # their results before the next batch starts (the fan-out from them)
+    first: tuple[str, ...] = ()
+    after_first: Callable[[Mapping[str, HostResult]], None] | None = None
 
 
 Event = Callable[[str, str, str], None]  # host, phase, what is happening

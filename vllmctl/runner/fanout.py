@@ -10,17 +10,17 @@ import itertools
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllmctl.fanout import scripts
-from vllmctl.fanout.schedule import Copy, FanoutCopy, FolderFanout, HostCopy, Schedule
+from vllmctl.fanout.schedule import Copy, FolderFanout, HostCopy, Schedule
 from vllmctl.inventory.model import StagingSettings
-from vllmctl.ops import Step
 from vllmctl.ops.model_stage import DISK_MARGIN, stale_files
 from vllmctl.runner.fanout_copy import Copier, CopyOutcome
+from vllmctl.runner.fanout_hub import HubCopier, Lister, after_seeds, hub_listing, seeds_of, survey_hub
 from vllmctl.runner.fleet import on_each_host
-from vllmctl.runner.results import RunResult, StepResult
+from vllmctl.runner.results import HostResult
 from vllmctl.tasks.adapters import staged_sources
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Playbook
@@ -121,11 +121,15 @@ def run_fanout(
     forks: int,
     timeout: float,
     report: Callable[[str], None],
+    copier: Copier | None = None,
 ) -> None:
     """Every host in `fanout.stale` gets the folder from a host that holds it, or a clear error."""
     _install_rsync(fanout, contexts, forks, timeout)
-    schedule = Schedule(list(fanout.holders), list(fanout.stale), settings.per_source, labels)
-    copier = Copier(fanout, contexts, timeout, secrets.token_hex(8))
+    controller = fanout.hub is None
+    schedule = Schedule(
+        list(fanout.holders), list(fanout.stale), settings.per_source, labels, controller=controller
+    )
+    copier = copier or Copier(fanout, contexts, timeout, secrets.token_hex(8))
     running: dict[Future[CopyOutcome], Copy] = {}
     numbers = itertools.count(1)
     with ThreadPoolExecutor(max_workers=max(1, forks)) as pool:
@@ -190,6 +194,16 @@ def _record(
         schedule.requeue(copy.source)
 
 
+@dataclass
+class Staged:
+    """What the fan-outs before the per-host runs leave to the run: the hub models' seeds run first, and
+    `after_seeds` fans out from them."""
+
+    found: list[FolderFanout] = field(default_factory=list)
+    seeds: tuple[str, ...] = ()
+    after_seeds: Callable[[Mapping[str, HostResult]], None] | None = None
+
+
 def stage_folders(
     contexts: Mapping[str, HostContext],
     settings: StagingSettings,
@@ -197,27 +211,48 @@ def stage_folders(
     forks: int,
     timeout: float,
     report: Callable[[str], None],
-) -> list[FolderFanout]:
-    """Before the per-host runs: the fan-out of each folder worth it, shown (`--check`) or run."""
+    lister: Lister | None = hub_listing,
+) -> Staged:
+    """Before the per-host runs: the fan-out of each folder worth it, shown (`--check`) or run; a hub model
+    no host holds waits for its seed's own run."""
     if not settings.fanout:
-        return []
+        return Staged()
     peers = peers_of(contexts)
     found = survey(contexts, peers, settings, forks, timeout)
+    hub_found, markers = survey_hub(contexts, peers, forks, timeout, report, PEERS_READ, lister)
+    found += hub_found
     everyone = {**contexts, **peers}
     labels = (
         {h: str(ctx.host.vars.get(settings.locality, "")) for h, ctx in everyone.items()} if found else {}
     )
+
+    def start(fanout: FolderFanout) -> None:
+        copier = None
+        if fanout.hub is not None:
+            copier = HubCopier(fanout, everyone, timeout, secrets.token_hex(8), markers[fanout.folder])
+        run_fanout(fanout, everyone, settings, labels, forks, timeout, report, copier)
+
     for fanout in found:
-        held = ", ".join(fanout.holders) or "no host"
-        report(f"fan-out {fanout.folder}: {len(fanout.stale)} hosts need it, held by {held}")
-        for number, copies in enumerate(fanout.rounds(settings.per_source, labels), 1):
-            fanout.planned.update({c.target: c.source for c in copies})
-            report(f"  round {number}: " + ", ".join(f"{c.target} <- {c.source}" for c in copies))
-        for host, why in fanout.skipped.items():
-            report(f"  {host}: left to its own push ({why})")
-        if not check:
-            run_fanout(fanout, everyone, settings, labels, forks, timeout, report)
-    return found
+        _show(fanout, settings, labels, report)
+        if not check and not fanout.seed:
+            start(fanout)
+    seeds = seeds_of(found)
+    hook = after_seeds(found, everyone, start, timeout) if seeds and not check else None
+    return Staged(found, () if check else seeds, hook)
+
+
+def _show(
+    fanout: FolderFanout, settings: StagingSettings, labels: Mapping[str, str], report: Callable[[str], None]
+) -> None:
+    what = fanout.folder if fanout.hub is None else f"{fanout.hub.repo}@{fanout.hub.revision}"
+    held = ", ".join(fanout.holders) or "no host"
+    seed = f"; {fanout.seed} downloads it from the hub first, in its own run" if fanout.seed else ""
+    report(f"fan-out {what}: {len(fanout.stale)} hosts need it, held by {held}{seed}")
+    for number, copies in enumerate(fanout.rounds(settings.per_source, labels), 1):
+        fanout.planned.update({c.target: c.source for c in copies})
+        report(f"  round {number}: " + ", ".join(f"{c.target} <- {c.source}" for c in copies))
+    for host, why in fanout.skipped.items():
+        report(f"  {host}: left to its own {'push' if fanout.hub is None else 'download'} ({why})")
 
 
 def with_fanned_out(
@@ -231,32 +266,6 @@ def with_fanned_out(
     return {n: replace(c, fanned_out=frozenset(folders.get(n, ()))) for n, c in contexts.items()}
 
 
-def record_fanout(result: RunResult, found: Sequence[FolderFanout], check: bool) -> None:
-    """Each host's fan-out copy as the first step of its models phase: planned (--check), changed, or, when
-    it failed, a warning beside the controller's push its own run made instead."""
-    for fanout in found:
-        size = {h: sum(int(f["size"]) for f in files) for h, files in fanout.stale.items()}
-        count = {h: len(files) for h, files in fanout.stale.items()}
-        outcomes: dict[str, tuple[str, str]] = (
-            {t: (s, "planned") for t, s in fanout.planned.items()}
-            if check
-            else {h: (c.source, c.status) for h, c in fanout.copies.items()}
-        )
-        for host, (source, status) in outcomes.items():
-            if host not in result.hosts or host not in count:
-                continue
-            copy = FanoutCopy(fanout.folder, source, count[host], size[host])
-            if status == "failed":
-                error = fanout.copies[host].error
-                why = f"fan-out copy failed ({error}); its own run pushed from the controller"
-                step = Step("model_fanout", fanout.folder, noop="not copied", warnings=(why,))
-                added = StepResult("models", step, "ok")
-            else:
-                step = Step("model_fanout", fanout.folder, (copy,))  # type: ignore[arg-type]
-                added = StepResult("models", step, "planned" if check else "changed")
-            result.hosts[host].steps.insert(0, added)
-
-
 def fan_out_first(
     playbook: Playbook,
     contexts: dict[str, HostContext],
@@ -264,10 +273,13 @@ def fan_out_first(
     check: bool,
     forks: int,
     report: Callable[[str], None],
-) -> tuple[list[FolderFanout], dict[str, HostContext]]:
+    offline: bool = False,
+) -> tuple[Staged, dict[str, HostContext]]:
     """apply's step before the per-host runs, for a playbook that stages models: the fan-outs (shown or
-    run), and the contexts the runs get (with --check, each names what the fan-out brings it)."""
+    run, the hub seeds' left to the run), and the contexts the runs get (with --check, each names what
+    the fan-out brings it)."""
     if not playbook.runs("model_staging"):
-        return [], contexts
-    found = stage_folders(contexts, settings, check, forks, FANOUT_TIMEOUT_S, report)
-    return found, with_fanned_out(contexts, found) if check else contexts
+        return Staged(), contexts
+    lister = None if offline else hub_listing
+    staged = stage_folders(contexts, settings, check, forks, FANOUT_TIMEOUT_S, report, lister)
+    return staged, with_fanned_out(contexts, staged.found) if check else contexts

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,7 @@ class Copier:
         token = f"{self.token}{number:04x}"
         try:
             sent = self._push(copy.target) if copy.source == CONTROLLER else self._pull(copy, token)
-        except _Failed as failed:
+        except CopyFailed as failed:
             return CopyOutcome(copy, failed.blame, 0, clock() - start, failed.message, failed.corrupt)
         except VllmctlError as exc:
             return CopyOutcome(copy, "target", 0, clock() - start, exc.message)
@@ -67,7 +67,7 @@ class Copier:
             for action in MODEL_SYNC(args, facts).actions:
                 result = remote.execute(action, self.timeout)
                 if not result.ok:
-                    raise _Failed("target", result.failure("pushing from the controller"))
+                    raise CopyFailed("target", result.failure("pushing from the controller"))
                 if isinstance(action, PushFile):
                     found = SENT.search(result.stdout)
                     sent += int(found.group(1)) if found else action.size
@@ -83,42 +83,51 @@ class Copier:
             try:
                 host_key = source.host_key()
             except TransportError as exc:
-                raise _Failed("source", exc.message) from exc
+                raise CopyFailed("source", exc.message) from exc
             ready = target.run(scripts.prepare(source.target.hostname), sudo=True, timeout=60)
             if not ready.ok or len(ready.stdout.split("\n")) < 3:
-                raise _Failed("target", ready.failure("making a one-time key"))
+                raise CopyFailed("target", ready.failure("making a one-time key"))
             keydir, public_key, from_address = ready.stdout.split("\n")[:3]
             where = source.target
             for name, text in (
                 ("known_hosts", scripts.known_hosts_line(where.hostname, where.port, *host_key)),
                 ("files", scripts.names_text(stale)),
                 ("sums", scripts.sums_text(stale)),
+                *self.extra_files(stale),
             ):
                 target.put(text.encode(), f"{keydir}/{name}", mode="0600", timeout=60)
             line = scripts.authorized_line(public_key, folder, from_address, token)
             granted = self._on_source(source, scripts.grant(line, self.token))
             if not granted.ok:
-                raise _Failed("source", granted.failure("granting the copy"))
+                raise CopyFailed("source", granted.failure("granting the copy"))
             pulled = target.run(
                 scripts.pull(keydir, folder, where.hostname, where.port, where.user),
                 sudo=True,
                 timeout=self.timeout,
             )
             if pulled.exited == scripts.CORRUPT_EXIT:
-                self._distrust(source)  # rsync checked what it sent: the source's file itself is wrong
-                raise _Failed("source", f"{copy.source}'s copy is corrupt: {pulled.stderr.strip()}", True)
+                self.distrust(source, pulled.stderr)  # rsync checked what it sent: the source's file is wrong
+                raise CopyFailed("source", f"{copy.source}'s copy is corrupt: {pulled.stderr.strip()}", True)
             if not pulled.ok and "No space left on device" in pulled.stderr:
                 target.run(["rm", "-rf", "--", f"{folder}/{scripts.INCOMING}"], sudo=True, timeout=60)
-                raise _Failed("target", pulled.failure(f"copying from {copy.source}: disk full"))
+                raise CopyFailed("target", pulled.failure(f"copying from {copy.source}: disk full"))
             if not pulled.ok:
-                raise _Failed("source", pulled.failure(f"copying from {copy.source}"))
-            manifest = manifest_text([*self.fanout.files, *self._gone(copy.target)])
-            target.put(manifest.encode(), f"{folder}/{MANIFEST_NAME}", timeout=60)
+                raise CopyFailed("source", pulled.failure(f"copying from {copy.source}"))
+            self.finish(target, keydir, copy)
             return scripts.bytes_received(pulled.stdout)
         finally:
             self._end(source, target, keydir, token)
 
-    def _distrust(self, source: SshTransport) -> None:
+    def extra_files(self, stale: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+        """More files for the copy's key directory (a hub copy's checks and layout)."""
+        return []
+
+    def finish(self, target: SshTransport, keydir: str, copy: Copy) -> None:
+        """Once every file is in place: the manifest that makes the host's own push a no-op."""
+        manifest = manifest_text([*self.fanout.files, *self._gone(copy.target)])
+        target.put(manifest.encode(), f"{self.fanout.folder}/{MANIFEST_NAME}", timeout=60)
+
+    def distrust(self, source: SshTransport, stderr: str) -> None:
         """The source's manifest removed: if no copy repairs it, its own run pushes every file again."""
         with contextlib.suppress(TransportError):
             source.run(["rm", "-f", "--", f"{self.fanout.folder}/{MANIFEST_NAME}"], sudo=True, timeout=60)
@@ -133,7 +142,7 @@ class Copier:
         try:
             return source.run(script, timeout=60)
         except TransportError as exc:
-            raise _Failed("source", exc.message) from exc
+            raise CopyFailed("source", exc.message) from exc
 
     def _end(self, source: SshTransport, target: SshTransport, keydir: str, token: str) -> None:
         """Remove and revoke, whatever happened: the target's key first, so a source that is gone keeps
@@ -151,7 +160,7 @@ class Copier:
                 transport.close()
 
 
-class _Failed(Exception):
+class CopyFailed(Exception):
     def __init__(self, blame: str, message: str, corrupt: bool = False) -> None:
         super().__init__(message)
         self.blame, self.message, self.corrupt = blame, message, corrupt

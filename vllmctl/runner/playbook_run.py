@@ -17,10 +17,13 @@ from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Playbook
 
 
-def batches(hosts: Sequence[str], size: int | None) -> list[list[str]]:
+def batches(hosts: Sequence[str], size: int | None, first: Sequence[str] = ()) -> list[list[str]]:
+    """`first` (those among `hosts`) alone, then the rest `size` at a time (all at once without a size)."""
+    seeds = [h for h in hosts if h in first]
+    rest = [h for h in hosts if h not in seeds]
     if not size or size <= 0:
-        return [list(hosts)] if hosts else []
-    return [list(hosts[i : i + size]) for i in range(0, len(hosts), size)]
+        return [b for b in (seeds, rest) if b]
+    return ([seeds] if seeds else []) + [list(rest[i : i + size]) for i in range(0, len(rest), size)]
 
 
 def run_playbook(
@@ -36,10 +39,12 @@ def run_playbook(
     result = RunResult(playbook.name, opts.check, {name: HostResult(name) for name in contexts})
     size = opts.batch_size or playbook.serial
     limit = opts.max_fail_percentage if opts.max_fail_percentage is not None else playbook.max_fail_percentage
-    pending = batches(list(contexts), size)
+    pending = batches(list(contexts), size, opts.first)
     for index, batch in enumerate(pending):
         outcomes = _run_batch(batch, playbook, contexts, connect, opts, clock, notify)
         result.hosts.update(outcomes)
+        if index == 0 and opts.first and opts.after_first is not None and not opts.stop.is_set():
+            opts.after_first(outcomes)
         failed = sum(1 for name in batch if outcomes[name].status in ("failed", "unreachable"))
         stopped = opts.guard.stopped if opts.guard is not None else ""
         if opts.stop.is_set():

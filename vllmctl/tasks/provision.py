@@ -147,17 +147,26 @@ def weights_mib(ctx: HostContext, model: ModelDeployment) -> float:
     return sum(int(f["size"]) for f in files or ()) / 2**20
 
 
-def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
-    """Local sources are mirrored at the same path on the host, so the unit's `--model` is the same."""
-    calls: list[OpCall] = []
+def staging(ctx: HostContext) -> list[tuple[str, dict[str, Any]]]:
+    """(operation, args) for every model, adapter and draft the host stages."""
+    staged = []
     for model in ctx.staged_models():
         files = partial(local_files, ctx)
         hub = {"venv": venv_path(ctx.engine(model)), "env_file": env_path(model.name)}
         size = float(ctx.host.vars.get("model_size_mib", {}).get(model.name, 0))
-        staged = [stage_call(model.source, model.revision, model.name, files, {**hub, "size_mib": size})]
+        staged.append(stage_call(model.source, model.revision, model.name, files, {**hub, "size_mib": size}))
         staged += staging_calls(model, files, hub)
-        calls += [OpCall(op, _fanned_out(ctx, op, args)) for op, args in staged]
-    return calls
+    return staged
+
+
+def hub_downloads(ctx: HostContext) -> list[dict[str, Any]]:
+    """The args of each hub download the host's run makes (its staged marker says it is done)."""
+    return [args for op, args in staging(ctx) if op == "model_download"]
+
+
+def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
+    """Local sources are mirrored at the same path on the host, so the unit's `--model` is the same."""
+    return [OpCall(op, _fanned_out(ctx, op, args)) for op, args in staging(ctx)]
 
 
 def _fanned_out(ctx: HostContext, op: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from fake_remote import FakeHost, FakeRemote
 from vllmctl.errors import InputError
 from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fleet import host_contexts, select_hosts
-from vllmctl.runner.playbook_run import run_playbook
+from vllmctl.runner.playbook_run import batches, run_playbook
 from vllmctl.runner.results import RunResult
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
@@ -191,6 +191,22 @@ def test_batches_run_in_order() -> None:
     fleet.run(batch_size=1)
     hosts_in_order = [line.split(":")[0] for line in fleet.log]
     assert hosts_in_order == sorted(hosts_in_order, key=NAMES.index)
+
+
+def test_seeds_run_alone_first_and_the_hook_sees_them_before_any_other_host_starts() -> None:
+    fleet = Fleet()
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def after_first(outcomes: object) -> None:
+        started = sorted({line.split(":")[0] for line in fleet.log})
+        seen.append((sorted(outcomes), started))  # type: ignore[call-overload]
+
+    result = fleet.run(batch_size=2, first=("h3",), after_first=after_first)
+    assert seen == [(["h3"], ["h3"])]  # the seed ran, and nobody else had started
+    assert all(h.status == "ok" for h in result.hosts.values())
+    assert batches(NAMES, 2, ("h3",)) == [["h3"], ["h1", "h2"], ["h4"]]
+    assert batches(NAMES, None, ("h3",)) == [["h3"], ["h1", "h2", "h4"]]
+    assert batches(NAMES, None) == [NAMES]
 
 
 def test_command_deadline_is_the_smaller_of_command_and_host_time_left() -> None:

@@ -1,0 +1,222 @@
+"""The hub models' fan-out at the edge (#32): a hub model several hosts stage crosses the hub's link once. A
+host that holds it, or else a seed host whose own run goes first, serves it to the others host to host; each
+blob is checked against the hub's own listing, which the controller reads. A host left without a copy
+downloads it in its own run, as before."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from vllmctl.errors import TransportError
+from vllmctl.fanout import hub
+from vllmctl.fanout.schedule import Copy, FolderFanout
+from vllmctl.ops.base import sha256_text
+from vllmctl.ops.model_stage import DISK_MARGIN, hub_marker_content, staged_marker
+from vllmctl.paths import HUB_CACHE
+from vllmctl.runner.fanout_copy import Copier, CopyFailed
+from vllmctl.runner.fleet import on_each_host
+from vllmctl.runner.results import HostResult
+from vllmctl.tasks.desired import HostContext
+from vllmctl.tasks.provision import hub_downloads
+from vllmctl.transport import SshTransport
+
+Wants = dict[tuple[str, str], dict[str, list[dict[str, Any]]]]  # (repo, revision) -> host -> its downloads
+Lister = Callable[[str, str, HostContext], hub.HubSnapshot]
+
+
+def hub_wants(contexts: Mapping[str, HostContext], limit: int | None = None) -> Wants:
+    """Each hub repo and revision the hosts stage, with each host's downloads of it (a repo may be staged
+    under several keys); `limit` bounds the hosts read per repo."""
+    wants: Wants = {}
+    for name, ctx in contexts.items():
+        for args in hub_downloads(ctx):
+            hosts = wants.setdefault((str(args["repo"]), str(args.get("revision") or "main")), {})
+            if limit is None or name in hosts or len(hosts) < limit:
+                hosts.setdefault(name, []).append(args)
+    return wants
+
+
+def hub_listing(repo: str, revision: str, ctx: HostContext) -> hub.HubSnapshot:
+    """The hub's own listing of `repo` at `revision`, read by the controller with the inventory's hub token
+    and the hosts' HF_ENDPOINT (host var `env`), where the inventory gives them."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    endpoint = str(ctx.host.vars.get("env", {}).get("HF_ENDPOINT") or os.environ.get("HF_ENDPOINT") or "")
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        raise ConnectionError("HF_HUB_OFFLINE is set on the controller")
+    socket.getaddrinfo(urlparse(endpoint or "https://huggingface.co").hostname or "huggingface.co", 443)
+    token = {name.upper(): value for name, value in ctx.secrets.items()}.get("HF_TOKEN")
+    api = HfApi(endpoint=endpoint or None, token=token)
+    commit = api.model_info(repo, revision=revision).sha or ""
+    entries = [
+        {"path": f.path, "size": f.size, "blob_id": f.blob_id, "lfs_sha256": f.lfs.sha256 if f.lfs else ""}
+        for f in api.list_repo_tree(repo, revision=commit, recursive=True)
+        if isinstance(f, RepoFile)
+    ]
+    return hub.snapshot_from(repo, revision, commit, entries)
+
+
+def _holds(downloads: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> bool:
+    """A staged marker of this repo and revision as the host's own run would write it."""
+    paths = facts.get("paths") or {}
+    return any(
+        paths.get(staged_marker(str(a["model"])), {}).get("sha256") == sha256_text(hub_marker_content(a))
+        for a in downloads
+    )
+
+
+def survey_hub(
+    contexts: Mapping[str, HostContext],
+    peers: Mapping[str, HostContext],
+    forks: int,
+    timeout: float,
+    report: Callable[[str], None],
+    peers_read: int,
+    lister: Lister | None = hub_listing,
+) -> tuple[list[FolderFanout], dict[str, dict[str, list[str]]]]:
+    """The hub models worth fanning out (two hosts stage one), what each host holds (one round trip per
+    host; at most `peers_read` hosts outside --limit per model), and each folder's markers per host
+    (forgotten on a source found corrupt)."""
+    selected = hub_wants(contexts)
+    outside = {k: v for k, v in hub_wants(peers, peers_read).items() if k in selected}
+    wanted = {k: v for k, v in selected.items() if len(v) + len(outside.get(k, {})) >= 2}
+    if lister is None:
+        for repo, revision in wanted:
+            report(f"hub fan-out {repo}@{revision}: not run (--offline: the hub's listing is not read); each "
+                   "host downloads it in its own run")  # fmt: skip
+        return [], {}
+    everyone = {**contexts, **peers}
+    markers: dict[str, set[str]] = {}
+    for hosts in [*wanted.values(), *(v for k, v in outside.items() if k in wanted)]:
+        for host, downloads in hosts.items():
+            markers.setdefault(host, set()).update(staged_marker(str(a["model"])) for a in downloads)
+
+    def read(remote: Any) -> dict[str, Any]:
+        mine = tuple(sorted(markers[remote.name]))
+        return {"facts": remote.gather({"paths": mine, "disk_free": (HUB_CACHE,)}, min(timeout, 120))}
+
+    gathered = on_each_host({h: everyone[h] for h in markers}, read, forks)
+    found, marked = [], {}
+    for (repo, revision), hosts in wanted.items():
+        try:
+            snapshot = lister(repo, revision, contexts[next(iter(hosts))])
+        except Exception as exc:  # the hub client raises many types (offline, gated, 404); all mean "unread"
+            report(f"hub fan-out {repo}@{revision}: not run, the hub's listing is unread ({exc}); each host "
+                   "downloads it in its own run")  # fmt: skip
+            continue
+        fanout = FolderFanout(snapshot.folder, snapshot.blobs(), [], {}, {}, hub=snapshot)
+        for host, downloads in hosts.items():
+            _classify(fanout, host, downloads, gathered[host])
+        for peer, downloads in outside.get((repo, revision), {}).items():
+            if _holds(downloads, gathered[peer].get("facts", {})):
+                fanout.holders.append(peer)
+        if not fanout.holders and len(fanout.stale) >= 2:
+            fanout.seed = next(iter(fanout.stale))
+            del fanout.stale[fanout.seed]
+        if fanout.stale and (fanout.holders or fanout.seed):
+            found.append(fanout)
+            every = {**outside.get((repo, revision), {}), **hosts}
+            marked[fanout.folder] = {
+                h: sorted(staged_marker(str(a["model"])) for a in d) for h, d in every.items()
+            }
+    return found, marked
+
+
+def _classify(
+    fanout: FolderFanout, host: str, downloads: Sequence[Mapping[str, Any]], result: Mapping[str, Any]
+) -> None:
+    if "error" in result:
+        fanout.skipped[host] = f"facts not read: {result['error']}"
+    elif _holds(downloads, result["facts"]):
+        fanout.holders.append(host)
+    else:
+        free = ((result["facts"].get("disk_free") or {}).get(HUB_CACHE) or {}).get("available_mib")
+        needed = sum(int(f["size"]) for f in fanout.files) / 2**20 * DISK_MARGIN
+        if free is not None and free < needed:
+            fanout.skipped[host] = f"{free:,} MiB free, {needed:,.0f} MiB needed"
+        else:
+            fanout.stale[host] = list(fanout.files)
+
+
+class HubCopier(Copier):
+    """A copy of a hub model's blobs, each checked by its hub hash, then laid out as the hub cache."""
+
+    def __init__(
+        self,
+        fanout: FolderFanout,
+        contexts: Mapping[str, HostContext],
+        timeout: float,
+        token: str,
+        markers: Mapping[str, Sequence[str]],
+    ) -> None:
+        super().__init__(fanout, contexts, timeout, token)
+        assert fanout.hub is not None
+        self.snapshot: hub.HubSnapshot = fanout.hub
+        self.markers = markers
+
+    def extra_files(self, stale: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+        sums = hub.git_sums(self.snapshot, (str(f["name"]) for f in stale))
+        laid = [
+            ("git_check.py", hub.GIT_CHECK),
+            ("lay_out.py", hub.LAY_OUT),
+            (hub.LINKS, self.snapshot.links_json()),
+        ]
+        return [*laid, *([(hub.GIT_SUMS, sums)] if sums else [])]
+
+    def finish(self, target: SshTransport, keydir: str, copy: Copy) -> None:
+        laid = target.run(hub.lay_out(keydir, self.fanout.folder), sudo=True, timeout=120)
+        if not laid.ok:
+            raise CopyFailed("target", laid.failure("laying out the hub cache"))
+
+    def distrust(self, source: SshTransport, stderr: str) -> None:
+        script = hub.forget(
+            self.fanout.folder, self.markers.get(source.target.name, ()), hub.failed_blobs(stderr)
+        )
+        with contextlib.suppress(TransportError):
+            source.run(script, sudo=True, timeout=60)
+
+
+def seeds_of(found: Sequence[FolderFanout]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f.seed for f in found if f.seed and f.hub is not None))
+
+
+def after_seeds(
+    found: Sequence[FolderFanout],
+    contexts: Mapping[str, HostContext],
+    start: Callable[[FolderFanout], None],
+    timeout: float,
+) -> Callable[[Mapping[str, HostResult]], None]:
+    """The hook run once the seeds' own runs ended: each seed that now holds its model serves the others;
+    a seed that failed leaves its model to each host's own download."""
+
+    def after(outcomes: Mapping[str, HostResult]) -> None:
+        seeds = [f for f in found if f.seed and f.hub is not None]
+        wants = hub_wants({f.seed: contexts[f.seed] for f in seeds})
+
+        def read(remote: Any) -> dict[str, Any]:
+            mine = tuple(
+                staged_marker(str(a["model"])) for d in wants.values() for a in d.get(remote.name, [])
+            )
+            return {"facts": remote.gather({"paths": mine}, min(timeout, 120))}
+
+        ok = [f.seed for f in seeds if f.seed in outcomes and outcomes[f.seed].status == "ok"]
+        gathered = on_each_host({h: contexts[h] for h in dict.fromkeys(ok)}, read, len(ok) or 1)
+        for fanout in seeds:
+            assert fanout.hub is not None
+            downloads = wants.get((fanout.hub.repo, fanout.hub.revision), {}).get(fanout.seed, [])
+            if _holds(downloads, gathered.get(fanout.seed, {}).get("facts", {})):
+                fanout.holders.append(fanout.seed)
+                start(fanout)
+                continue
+            why = outcomes[fanout.seed].error if fanout.seed in outcomes else "not run"
+            for host in list(fanout.stale):
+                fanout.skipped[host] = f"the seed {fanout.seed} holds no copy ({why or 'no marker'})"
+            fanout.stale.clear()
+
+    return after
