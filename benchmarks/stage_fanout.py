@@ -3,6 +3,7 @@ the controller pushing every host its own copy, in one run on a lab fleet.
 
 Usage (root, lab tools installed):
   python3 benchmarks/stage_fanout.py [--hosts 16] [--size-gib 1.0] [--controller-mbit 200] [--json-out PATH]
+                                     [--source folder|hub]
 
 A lab fleet of `--hosts` hosts stages one synthetic model folder (the lab's tiny model plus 4 random shards,
 `--size-gib` in all; cached at /var/tmp/vllmctl-fanout-bench/synth and reused while its sizes match) with
@@ -18,6 +19,11 @@ file on every host is checked by `sudo sha256sum` against the controller's. A mo
 its `vllmctl apply`; a mode with a host not verified is reported failed. Ratios are against `single` from the
 same run. An untimed warm-up applies base_layout and installs rsync (timed apart: a first fan-out installs it
 itself). The record goes to benchmarks/data/stage_fanout-<date>.json unless `--json-out` says otherwise.
+`--source hub` stages the same files as a hub model served by the lab's stand-in hub
+(vllmctl/lab/hubstandin.py, on the controller, behind the same limited link): `single` and `today` are each
+host's own download, `fanout` the seed's download then host to host. Its warm-up also makes the engine venv
+each host's download runs in (huggingface_hub from the lab's package index), and a file is verified through
+the hub cache's snapshot.
 """
 
 from __future__ import annotations
@@ -46,10 +52,12 @@ import yaml
 
 from vllmctl.fanout.scripts import INSTALL
 from vllmctl.lab import state
+from vllmctl.lab.hubstandin import HubRepo, HubStandIn
 from vllmctl.lab.teardown import layout_of
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
 from vllmctl.lab.tinymodel import ensure_tiny_model
-from vllmctl.paths import incoming_dir
+from vllmctl.ops.engine import venv_path
+from vllmctl.paths import HUB_CACHE, incoming_dir
 from vllmctl.runner.staging import local_manifest
 
 BENCH_DIR = Path("/var/tmp/vllmctl-fanout-bench")
@@ -70,7 +78,16 @@ PLAYBOOKS = {
             {"name": "models", "tasks": [{"task": "model_staging"}]},
         ],
     },
+    "stage-hub": {  # a hub download reads the model's env file (HF_ENDPOINT)
+        "name": "stage-hub",
+        "phases": [
+            {"name": "base", "tasks": [{"task": "base_layout"}]},
+            {"name": "models", "tasks": [{"task": "model_env_files"}, {"task": "model_staging"}]},
+        ],
+    },
 }
+HUB_REPO = "bench/synth"
+HUB_FOLDER = f"{HUB_CACHE}/models--bench--synth"
 
 
 def ensure_folder(size_gib: float) -> Path:
@@ -110,6 +127,13 @@ class Bench:
     sums: dict[str, str]  # file name -> the controller's sha256
     timeout: float  # seconds for one `vllmctl apply` and one remote command in it
     logs: Path | None
+    hub: HubStandIn | None = None  # --source hub
+    controller: str = ""  # its address on the fleet's bridge
+
+    @property
+    def on_host(self) -> str:
+        """Where a host's copy is read: the folder, or the hub cache's snapshot."""
+        return str(FOLDER) if self.hub is None else f"{HUB_FOLDER}/snapshots/{self.hub.repo.commit}"
 
     def on_hosts(self, command: str, hosts: Sequence[LabHostInfo] = ()) -> dict[str, Done]:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -118,14 +142,14 @@ class Bench:
 
     def clear(self) -> None:
         """The folder (the fan-out's incoming directory inside it too) and the controller pushes' partials."""
-        paths = shlex.join([str(FOLDER), incoming_dir(SSH_USER)])
+        paths = shlex.join([str(FOLDER), incoming_dir(SSH_USER), HUB_FOLDER, f"{HUB_CACHE}/.vllmctl-staged"])
         for name, run in self.on_hosts(f"sudo rm -rf -- {paths}").items():
             if run.returncode != 0:
                 raise SystemExit(f"clearing {name} failed: {run.stderr.strip()}")
 
     def verified(self, hosts: Sequence[LabHostInfo]) -> list[str]:
         """The hosts whose every file's sha256 matches the controller's."""
-        command = f"cd {shlex.quote(str(FOLDER))} && sudo sha256sum -- {shlex.join(sorted(self.sums))}"
+        command = f"cd {shlex.quote(self.on_host)} && sudo sha256sum -- {shlex.join(sorted(self.sums))}"
         good = []
         for name, run in self.on_hosts(command, hosts).items():
             pairs = [line.split(maxsplit=1) for line in run.stdout.splitlines() if line.strip()]
@@ -140,10 +164,13 @@ class Bench:
         return time.perf_counter() - started, run
 
 
-def write_inventory(fleet: LabFleet, work: Path, fanout: bool) -> Path:
+def write_inventory(fleet: LabFleet, work: Path, fanout: bool, hub: HubStandIn | None = None) -> Path:
     doc = yaml.safe_load(fleet.inventory.read_text())
-    model = {"source": str(FOLDER), "hosts": fleet.name, "engine_args": {"max_model_len": 256}}
+    source = str(FOLDER) if hub is None else HUB_REPO
+    model = {"source": source, "hosts": fleet.name, "engine_args": {"max_model_len": 256}}
     doc["models"] = {"synth": model}
+    if hub is not None:
+        doc["defaults"].setdefault("vars", {})["env"] = {"HF_ENDPOINT": hub.url}
     if not fanout:
         doc["staging"] = {"fanout": False}
     path = work / ("fanout.yml" if fanout else "push.yml")
@@ -174,7 +201,8 @@ def copies_summary(staging: dict[str, Any]) -> dict[str, Any]:
 def run_mode(bench: Bench, mode: str, inventory: Path) -> dict[str, Any]:
     hosts = list(bench.fleet.hosts[:1] if mode == "single" else bench.fleet.hosts)
     bench.clear()
-    argv = [str(inventory), "--playbook", str(bench.work / "stage.yml"), "--fresh-facts",
+    playbook = bench.work / ("stage.yml" if bench.hub is None else "stage-hub.yml")
+    argv = [str(inventory), "--playbook", str(playbook), "--fresh-facts",
             "--forks", str(len(bench.fleet.hosts)), "--timeout", str(int(bench.timeout))]  # fmt: skip
     if mode == "single":
         argv += ["--limit", hosts[0].name]
@@ -191,9 +219,19 @@ def run_mode(bench: Bench, mode: str, inventory: Path) -> dict[str, Any]:
     ok = run.returncode == 0 and len(verified) == len(hosts)
     record: dict[str, Any] = {"hosts": len(hosts), "wall_s": round(wall, 2), "rc": run.returncode,
                               "verified": len(verified), "ok": ok}  # fmt: skip
-    staging = doc.get("staging", {}).get(str(FOLDER))
+    staging = doc.get("staging", {}).get(str(FOLDER) if bench.hub is None else HUB_FOLDER)
     if staging is not None:
         record["copies"] = copies_summary(staging)
+        if staging.get("seed"):
+            record["copies"]["seed"] = staging["seed"]
+    if bench.hub is not None:  # the hosts' GETs of file bytes (not the controller's read of config.json)
+        got = [
+            w
+            for c, m, w in bench.hub.log
+            if m == "GET" and w.startswith("resolve/") and c != bench.controller
+        ]
+        record["hub_file_downloads"] = len(got)
+        bench.hub.log.clear()
     if not ok:
         record["stderr_tail"] = run.stderr[-3000:]
         print(f"{mode}: FAILED (rc {run.returncode}, {len(verified)}/{len(hosts)} verified)\n{run.stderr}")
@@ -219,10 +257,16 @@ def report(result: dict[str, Any]) -> None:
     print(
         f"single: {result['folder_mib'] / single:,.1f} MiB/s through the limited link (folder / apply's wall)"
     )
+    if result.get("source") == "hub":
+        print(
+            "files fetched from the hub: "
+            + ", ".join(f"{m} {r['hub_file_downloads']}" for m, r in modes.items())
+        )
     copies = modes["fanout"].get("copies")
     if copies:
-        print(f"fanout copies: {copies['from_controller']} from the controller, {copies['from_hosts']} from "
-              f"hosts; sources {copies['sources']}")  # fmt: skip
+        seeded = f"seed {copies['seed']} downloaded it, " if copies.get("seed") else ""
+        print(f"fanout copies: {seeded}{copies['from_controller']} from the controller, "
+              f"{copies['from_hosts']} from hosts; sources {copies['sources']}")  # fmt: skip
         print(f"  controller -> host: {spread(copies['rates_mib_s']['controller'])}")
         print(f"  host -> host:       {spread(copies['rates_mib_s']['host'])}")
         for host, why in {**copies["skipped"], **copies["errors"]}.items():
@@ -233,6 +277,26 @@ def report(result: dict[str, Any]) -> None:
     met = "met" if modes["fanout"]["ok"] and ratio <= GOAL_RATIO else "NOT met"
     print(f"goal: fan-out within {GOAL_RATIO:g}x one host's single copy at {result['hosts']} hosts: "
           f"{ratio:.2f}x, {met} (today's push: {modes['today']['wall_s'] / single:.2f}x)")  # fmt: skip
+
+
+def bridge_address(fleet: LabFleet) -> str:
+    """The controller's address on the fleet's bridge (where the lab's package server listens)."""
+    from urllib.parse import urlparse
+
+    return urlparse(fleet.index_url).hostname or ""
+
+
+def make_hub_venvs(bench: Bench, inventory: Path) -> None:
+    """The engine venv each host's hub download runs in, with huggingface_hub as a real engine venv has it."""
+    engine = yaml.safe_load(inventory.read_text())["defaults"]["engine"]
+    venv = venv_path(engine["name"], engine["version"])
+    index = shlex.quote(bench.fleet.index_url)
+    command = (f"sudo sh -c 'test -x {venv}/bin/python || python3 -m venv {venv}' && "
+               f"sudo {venv}/bin/pip install -q --index-url {index} huggingface_hub")  # fmt: skip
+    started = time.perf_counter()
+    if failed := {n: r.stderr[-500:] for n, r in bench.on_hosts(command).items() if r.returncode}:
+        raise SystemExit(f"making the engine venvs failed: {failed}")
+    print(f"warm-up: engine venvs with huggingface_hub in {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def interrupted(signum: int, frame: Any) -> None:
@@ -247,10 +311,13 @@ def main() -> int:
     parser.add_argument("--name", default=f"bfan{os.getpid()}", help="the lab fleet's name")
     today = datetime.date.today().isoformat()
     default_out = Path(__file__).resolve().parent / "data" / f"stage_fanout-{today}.json"
+    if "--source" in sys.argv and "hub" in sys.argv:
+        default_out = default_out.with_name(f"stage_fanout-hub-{today}.json")
     parser.add_argument("--json-out", type=Path, default=default_out)
     parser.add_argument(
         "--log-dir", type=Path, help="keep each mode's `vllmctl apply` stdout and stderr here"
     )
+    parser.add_argument("--source", choices=("folder", "hub"), default="folder", help="what the hosts stage")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
@@ -260,7 +327,7 @@ def main() -> int:
     folder_mib = sum(f["size"] for f in manifest) / 2**20
     # every host's push through the limited link at once, three times over
     timeout = 600 + 3 * args.hosts * folder_mib * 8.4 / args.controller_mbit
-    bridge = ""
+    bridge, hub = "", None
     with tempfile.TemporaryDirectory(prefix="vllmctl-stage-fanout-") as tmp:
         work = Path(tmp)
         (work / "cache" / "vllmctl").mkdir(parents=True)
@@ -276,8 +343,12 @@ def main() -> int:
             assert saved is not None
             bridge = layout_of(saved).bridge
             sums = {f["name"]: f["sha256"] for f in manifest}
-            bench = Bench(fleet, work, env, sums, timeout, args.log_dir)
-            push, fan = write_inventory(fleet, work, False), write_inventory(fleet, work, True)
+            hub = None
+            if args.source == "hub":
+                hub = HubStandIn(HubRepo(HUB_REPO, FOLDER), bridge_address(fleet)).__enter__()
+                env.update(HF_ENDPOINT=hub.url, HF_HOME=str(work / "controller-hf"))  # the planner's config
+            bench = Bench(fleet, work, env, sums, timeout, args.log_dir, hub, bridge_address(fleet))
+            push, fan = write_inventory(fleet, work, False, hub), write_inventory(fleet, work, True, hub)
             wall, run = bench.apply(
                 [str(push), "--playbook", str(work / "base.yml"), "--forks", str(args.hosts)]
             )
@@ -289,19 +360,23 @@ def main() -> int:
                 raise SystemExit(f"installing rsync failed: {failed}")
             rsync_s = time.perf_counter() - started
             print(f"warm-up: base_layout {wall:.1f} s, rsync installed on every host in {rsync_s:.1f} s")
+            if hub is not None:
+                make_hub_venvs(bench, push)
             tbf = ["tbf", "rate", f"{args.controller_mbit}mbit", "burst", "256kb", "latency", "200ms"]
             subprocess.run(["tc", "qdisc", "replace", "dev", bridge, "root", *tbf], check=True)
             modes = {mode: run_mode(bench, mode, fan if mode == "fanout" else push) for mode in MODES}
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave the fleet behind
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if hub is not None:
+                hub.__exit__(None, None, None)
             if bridge:
                 subprocess.run(
                     ["tc", "qdisc", "del", "dev", bridge, "root"], check=False, capture_output=True
                 )
             stop_fleet(args.name)
     result = {
-        "date": today, "hosts": args.hosts, "controller_mbit": args.controller_mbit,
+        "date": today, "source": args.source, "hosts": args.hosts, "controller_mbit": args.controller_mbit,
         "folder_mib": round(folder_mib, 1), "files": len(manifest), "rsync_install_s": round(rsync_s, 2),
         "modes": modes,
         "goal": {"ratio": round(modes["fanout"]["wall_s"] / modes["single"]["wall_s"], 2), "max": GOAL_RATIO},

@@ -104,44 +104,43 @@ def survey_hub(
     gathered = on_each_host({h: everyone[h] for h in markers}, read, forks)
     found, marked = [], {}
     for (repo, revision), hosts in wanted.items():
+        outside_hosts = outside.get((repo, revision), {})
+        held = [h for h, d in {**hosts, **outside_hosts}.items() if _holds(d, gathered[h].get("facts", {}))]
+        needs = [h for h in hosts if h not in held]
+        if not needs or (not held and len(needs) < 2):
+            continue  # the listing is read only when a copy could be made
         try:
             snapshot = lister(repo, revision, contexts[next(iter(hosts))])
         except Exception as exc:  # the hub client raises many types (offline, gated, 404); all mean "unread"
             report(f"hub fan-out {repo}@{revision}: not run, the hub's listing is unread ({exc}); each host "
                    "downloads it in its own run")  # fmt: skip
             continue
-        fanout = FolderFanout(snapshot.folder, snapshot.blobs(), [], {}, {}, hub=snapshot)
-        for host, downloads in hosts.items():
-            _classify(fanout, host, downloads, gathered[host])
-        for peer, downloads in outside.get((repo, revision), {}).items():
-            if _holds(downloads, gathered[peer].get("facts", {})):
-                fanout.holders.append(peer)
+        fanout = FolderFanout(snapshot.folder, snapshot.blobs(), held, {}, {}, hub=snapshot)
+        for host in needs:
+            _classify(fanout, host, gathered[host])
         if not fanout.holders and len(fanout.stale) >= 2:
             fanout.seed = next(iter(fanout.stale))
             del fanout.stale[fanout.seed]
         if fanout.stale and (fanout.holders or fanout.seed):
             found.append(fanout)
-            every = {**outside.get((repo, revision), {}), **hosts}
+            every = {**outside_hosts, **hosts}
             marked[fanout.folder] = {
                 h: sorted(staged_marker(str(a["model"])) for a in d) for h, d in every.items()
             }
     return found, marked
 
 
-def _classify(
-    fanout: FolderFanout, host: str, downloads: Sequence[Mapping[str, Any]], result: Mapping[str, Any]
-) -> None:
+def _classify(fanout: FolderFanout, host: str, result: Mapping[str, Any]) -> None:
+    """A host that lacks the model: a target, or left to its own download (facts unread, no room)."""
     if "error" in result:
         fanout.skipped[host] = f"facts not read: {result['error']}"
-    elif _holds(downloads, result["facts"]):
-        fanout.holders.append(host)
+        return
+    free = ((result["facts"].get("disk_free") or {}).get(HUB_CACHE) or {}).get("available_mib")
+    needed = sum(int(f["size"]) for f in fanout.files) / 2**20 * DISK_MARGIN
+    if free is not None and free < needed:
+        fanout.skipped[host] = f"{free:,} MiB free, {needed:,.0f} MiB needed"
     else:
-        free = ((result["facts"].get("disk_free") or {}).get(HUB_CACHE) or {}).get("available_mib")
-        needed = sum(int(f["size"]) for f in fanout.files) / 2**20 * DISK_MARGIN
-        if free is not None and free < needed:
-            fanout.skipped[host] = f"{free:,} MiB free, {needed:,.0f} MiB needed"
-        else:
-            fanout.stale[host] = list(fanout.files)
+        fanout.stale[host] = list(fanout.files)
 
 
 class HubCopier(Copier):

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
+from fanoutlab import FanoutLab
 
 from vllmctl.errors import EXIT_CHANGES
-from vllmctl.fanout.scripts import INCOMING, KEY_COMMENT
-from vllmctl.lab.testing import LabFleet, LabHostInfo, in_mounts_of, power_off, start_fleet, stop_fleet
-from vllmctl.lab.testing import vllmctl as run_vllmctl
+from vllmctl.fanout.scripts import INCOMING
+from vllmctl.lab.testing import LabHostInfo, in_mounts_of, power_off, start_fleet, stop_fleet
 
 pytestmark = pytest.mark.lab
 
@@ -41,31 +41,9 @@ phases:
 
 
 @dataclass
-class Fanout:
-    fleet: LabFleet
-    inventory: Path
-    playbook: Path
+class Fanout(FanoutLab):
     folder: Path
     sums: dict[str, str]  # name -> sha256 on the controller
-
-    def apply(self, *args: str) -> tuple[int, dict[str, Any], str]:
-        done = run_vllmctl(
-            "apply",
-            str(self.inventory),
-            "--playbook",
-            str(self.playbook),
-            "--yes",
-            "--json",
-            *args,
-            timeout=900,
-        )
-        doc = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
-        return done.returncode, doc, done.stderr
-
-    def sh(self, host: LabHostInfo, command: str) -> str:
-        done = self.fleet.ssh(host, command, timeout=120)
-        assert done.returncode == 0, f"{host.name}: {command}: {done.stderr}"
-        return done.stdout
 
     def clear(self, *hosts: LabHostInfo) -> None:
         for host in hosts:
@@ -76,12 +54,6 @@ class Fanout:
         out = self.fleet.ssh(host, f"cd {self.folder} && sudo sha256sum {names}").stdout
         seen = {name: digest for digest, name in (line.split() for line in out.splitlines())}
         return seen == self.sums
-
-    def assert_no_access_left(self, *hosts: LabHostInfo) -> None:
-        for host in hosts:
-            keys = self.sh(host, "cat ~/.ssh/authorized_keys")
-            assert KEY_COMMENT not in keys, f"{host.name} still grants a fan-out copy"
-            assert self.sh(host, "sudo sh -c 'ls -d /run/vllmctl-fanout.* 2>/dev/null || true'") == ""
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,11 @@
 """The hub model fan-out on real hosts (#32): four lab hosts stage one hub model from a stand-in hub (HTTP on
-the controller, tests/support/hubstandin.py). The seed's own run downloads it, alone and first; the others
+the controller, vllmctl/lab/hubstandin.py). The seed's own run downloads it, alone and first; the others
 copy it from hosts that hold it with rsync over SSH, each blob checked against the hub's listing, and then
 their own download finds every file cached: the weights leave the hub once. A corrupt blob on one source is
 caught and the copy taken from another; no access is left behind."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -18,13 +16,12 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from hubstandin import HubRepo, HubStandIn
+from fanoutlab import FanoutLab
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
 from vllmctl.errors import EXIT_CHANGES
-from vllmctl.fanout.scripts import KEY_COMMENT
-from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
-from vllmctl.lab.testing import vllmctl as run_vllmctl
+from vllmctl.lab.hubstandin import HubRepo, HubStandIn
+from vllmctl.lab.testing import LabHostInfo, start_fleet, stop_fleet
 from vllmctl.paths import HUB_CACHE
 
 pytestmark = pytest.mark.lab
@@ -49,22 +46,8 @@ phases:
 
 
 @dataclass
-class HubFan:
-    fleet: LabFleet
-    inventory: Path
-    playbook: Path
+class HubFan(FanoutLab):
     hub: HubStandIn
-
-    def apply(self, *args: str) -> tuple[int, dict[str, Any], str]:
-        argv = ("apply", str(self.inventory), "--playbook", str(self.playbook), "--yes", "--json", *args)
-        done = run_vllmctl(*argv, timeout=900)
-        doc = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
-        return done.returncode, doc, done.stderr
-
-    def sh(self, host: LabHostInfo, command: str) -> str:
-        done = self.fleet.ssh(host, command, timeout=120)
-        assert done.returncode == 0, f"{host.name}: {command}: {done.stderr}"
-        return done.stdout
 
     def weights_downloaded(self) -> int:
         return sum(self.hub.file_downloads(name) for name in WEIGHTS)
@@ -76,15 +59,10 @@ class HubFan:
     def verified(self, host: LabHostInfo) -> bool:
         """Every file of the snapshot, read through huggingface_hub's links, as the hub serves it."""
         snapshot = f"{FOLDER}/snapshots/{self.hub.repo.commit}"
-        names = " ".join(sorted(self.hub.repo.files))
+        names = " ".join(sorted(self.hub.repo.paths))
         out = self.fleet.ssh(host, f"cd {snapshot} && sudo sha256sum {names}").stdout
         seen = {name: digest for digest, name in (line.split() for line in out.splitlines())}
-        return seen == {n: hashlib.sha256(d).hexdigest() for n, d in self.hub.repo.files.items()}
-
-    def assert_no_access_left(self) -> None:
-        for host in self.fleet.hosts:
-            assert KEY_COMMENT not in self.sh(host, "cat ~/.ssh/authorized_keys"), host.name
-            assert self.sh(host, "sudo sh -c 'ls -d /run/vllmctl-fanout.* 2>/dev/null || true'") == ""
+        return seen == {name: self.hub.repo.sha256(name) for name in self.hub.repo.paths}
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +138,11 @@ def test_the_weights_leave_the_hub_once_and_the_hosts_copy_them_from_each_other(
         steps = {s["op"]: s["status"] for s in doc["hosts"][host.name]["steps"]}
         assert steps["model_fanout"] == "changed" and steps["model_download"] == "changed"
     hubfan.assert_no_access_left()
+    asked = len(hubfan.hub.log)
     code, again, stderr = hubfan.apply()
     assert code == 0, stderr
     assert again["staging"] == {}  # every host holds it: nothing to fan out
+    assert hubfan.hub.log[asked:] == []  # nor is the hub's listing read: nothing asked of the hub at all
     assert {h: r["recap"]["changed"] for h, r in again["hosts"].items()} == {
         h.name: 0 for h in hubfan.fleet.hosts
     }
@@ -173,7 +153,7 @@ def test_a_corrupt_blob_on_one_source_is_caught_and_copied_from_another(hubfan: 
     bad, good, *others = hubfan.fleet.hosts
     assert hubfan.verified(bad) and hubfan.verified(good)
     hubfan.clear(*others)
-    blob = hashlib.sha256(hubfan.hub.repo.files["shard-1.bin"]).hexdigest()
+    blob = hubfan.hub.repo.sha256("shard-1.bin")
     # the same size, one byte changed, its marker untouched: only the hub's sha256 can tell
     hubfan.sh(bad, f"printf X | sudo dd of={FOLDER}/blobs/{blob} bs=1 seek=4096 conv=notrunc status=none")
     code, doc, stderr = hubfan.apply()

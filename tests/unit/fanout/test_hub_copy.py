@@ -5,16 +5,15 @@ cached on the target and fetches none. A corrupt blob never reaches the target's
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from hubstandin import HubRepo, HubStandIn
 
 from vllmctl.fanout import hub, scripts
 from vllmctl.inventory import load_inventory
+from vllmctl.lab.hubstandin import HubRepo, HubStandIn
 from vllmctl.render.quoting import QuotingError
 from vllmctl.runner.fanout_hub import hub_listing
 from vllmctl.tasks.desired import HostContext
@@ -75,33 +74,40 @@ def run(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
 
 
+def seeded(tmp_path: Path, standin: HubStandIn) -> tuple[Path, hub.HubSnapshot]:
+    """The seed's snapshot folder, downloaded with huggingface_hub, and the hub's listing read as the
+    controller reads it."""
+    with standin:
+        return download(tmp_path / "seed", standin), listed(tmp_path, standin)
+
+
+def pull(keydir: Path, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    uid, gid = str(os.getuid()), str(os.getgid())
+    return run(scripts.pull(str(keydir), str(folder), "10.0.0.2", 22, "ops", uid, gid), env)
+
+
 def test_a_copy_checked_and_laid_out_is_found_cached_and_fetches_nothing(
     tmp_path: Path, standin: HubStandIn
 ) -> None:
-    with standin:
-        seed = download(tmp_path / "seed", standin)
-        snapshot = listed(tmp_path, standin)
-        source = seed.parents[1]  # .../models--org--tiny
-        assert snapshot.commit == standin.repo.commit and source.name == "models--org--tiny"
-        # the hub's listing names the blobs exactly as huggingface_hub stored them on the seed
-        assert {b["name"] for b in snapshot.blobs()} == {
-            f"blobs/{p.name}" for p in (source / "blobs").iterdir()
-        }
-        folder, keydir, env = pull_into(tmp_path, source, snapshot)
-        uid, gid = str(os.getuid()), str(os.getgid())
-        pulled = run(scripts.pull(str(keydir), str(folder), "10.0.0.2", 22, "ops", uid, gid), env)
-        assert pulled.returncode == 0, pulled.stderr
-        laid = run(hub.lay_out(str(keydir), str(folder)))
-        assert laid.returncode == 0, laid.stderr
-        again = run(hub.lay_out(str(keydir), str(folder)))  # over its own links: a repaired holder's case
-        assert again.returncode == 0, again.stderr
-        before = sum(n for (method, what), n in standin.requests.items() if what.startswith("resolve/"))
-        found = download(tmp_path / "target", standin)
-        after = sum(n for (method, what), n in standin.requests.items() if what.startswith("resolve/"))
-    assert after == before  # no file's bytes, not even a HEAD: every file was found in the copied cache
+    seed, snapshot = seeded(tmp_path, standin)
+    source = seed.parents[1]  # .../models--org--tiny
+    assert snapshot.commit == standin.repo.commit and source.name == "models--org--tiny"
+    # the hub's listing names the blobs exactly as huggingface_hub stored them on the seed
+    assert {b["name"] for b in snapshot.blobs()} == {f"blobs/{p.name}" for p in (source / "blobs").iterdir()}
+    folder, keydir, env = pull_into(tmp_path, source, snapshot)
+    pulled = pull(keydir, folder, env)
+    assert pulled.returncode == 0, pulled.stderr
+    laid = run(hub.lay_out(str(keydir), str(folder)))
+    assert laid.returncode == 0, laid.stderr
+    again = run(hub.lay_out(str(keydir), str(folder)))  # over its own links: a repaired holder's case
+    assert again.returncode == 0, again.stderr
+    with HubStandIn(standin.repo) as fresh:  # a new server: every request it gets is the target's
+        found = download(tmp_path / "target", fresh)
+    # no file's bytes, not even a HEAD: every file was found in the copied cache
+    assert [what for _, _, what in fresh.log] == ["info", "tree"]
     assert (folder / "refs" / "main").read_text() == standin.repo.commit
-    for name, data in standin.repo.files.items():
-        assert (found / name).read_bytes() == data
+    for name, path in standin.repo.paths.items():
+        assert (found / name).read_bytes() == path.read_bytes()
         assert (found / name).is_symlink()
     assert not any(p.is_symlink() for p in (folder / "blobs").iterdir())  # blobs are files, never links
 
@@ -109,16 +115,12 @@ def test_a_copy_checked_and_laid_out_is_found_cached_and_fetches_nothing(
 def test_a_corrupt_git_kept_file_on_the_source_is_caught_by_its_git_blob_id(
     tmp_path: Path, standin: HubStandIn
 ) -> None:
-    with standin:
-        seed = download(tmp_path / "seed", standin)
-        snapshot = listed(tmp_path, standin)
+    seed, snapshot = seeded(tmp_path, standin)
     source = seed.parents[1]
     config = (seed / "config.json").resolve()
     config.write_text('{"model_type": "LLAMA"}')  # the same size: only a hash can tell
     folder, keydir, env = pull_into(tmp_path, source, snapshot)
-    pulled = run(
-        scripts.pull(str(keydir), str(folder), "10.0.0.2", 22, "ops", str(os.getuid()), str(os.getgid())), env
-    )
+    pulled = pull(keydir, folder, env)
     assert pulled.returncode == scripts.CORRUPT_EXIT
     assert hub.failed_blobs(pulled.stderr) == [f"blobs/{config.name}"]
     assert not (folder / "blobs").exists()  # nothing moved in: the other blobs wait for a good source
@@ -128,18 +130,14 @@ def test_a_corrupt_git_kept_file_on_the_source_is_caught_by_its_git_blob_id(
 def test_a_corrupt_lfs_file_is_caught_by_the_sha256_the_hub_named_it_by(
     tmp_path: Path, standin: HubStandIn
 ) -> None:
-    with standin:
-        seed = download(tmp_path / "seed", standin)
-        snapshot = listed(tmp_path, standin)
+    seed, snapshot = seeded(tmp_path, standin)
     weights = (seed / "model.safetensors").resolve()
     data = bytearray(weights.read_bytes())
     data[100] ^= 1
     weights.write_bytes(bytes(data))
-    assert weights.name == hashlib.sha256(standin.repo.files["model.safetensors"]).hexdigest()
+    assert weights.name == standin.repo.sha256("model.safetensors")
     folder, keydir, env = pull_into(tmp_path, seed.parents[1], snapshot)
-    pulled = run(
-        scripts.pull(str(keydir), str(folder), "10.0.0.2", 22, "ops", str(os.getuid()), str(os.getgid())), env
-    )
+    pulled = pull(keydir, folder, env)
     assert pulled.returncode == scripts.CORRUPT_EXIT
     assert hub.failed_blobs(pulled.stderr) == [f"blobs/{weights.name}"]
 
