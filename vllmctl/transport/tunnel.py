@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import logging
 import select
 import socket
 import threading
@@ -22,6 +23,18 @@ Route = Literal["direct", "tunnel"]
 ChannelOpener = Callable[[int, tuple[str, int]], Any]  # (remote port, local peer) -> an open paramiko Channel
 UNROUTED = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 PROBE_TIMEOUT_S = 5.0
+
+
+class _QuietRefusals(logging.Filter):
+    """paramiko logs every refused channel open; the engine answering before it listens is expected (the
+    health wait polls), and the client already sees the connection closed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Secsh channel") and "open FAILED" in text)
+
+
+logging.getLogger("paramiko.transport").addFilter(_QuietRefusals())
 
 
 def http_route(mode: str, target: SshTarget) -> Route:

@@ -238,3 +238,15 @@ def test_never_on_a_jump_host_path_accepts_a_routable_port_that_refuses(
     assert (
         tunnels.base_url(host("gpu", "gpu-behind", tunnel_http="never"), port) == f"http://127.0.0.1:{port}"
     )
+
+
+def test_paramikos_refused_channel_lines_are_kept_out_of_the_output() -> None:
+    """The health wait polls a port the engine does not listen on yet: each refused channel is expected."""
+    import logging
+
+    logger = logging.getLogger("paramiko.transport")
+    refused = logger.makeRecord(
+        logger.name, logging.ERROR, "t.py", 1, "Secsh channel %d open FAILED: %s", (3, "Connect failed"), None
+    )
+    other = logger.makeRecord(logger.name, logging.ERROR, "t.py", 1, "Oops, unhandled type %d", (9,), None)
+    assert not logger.filter(refused) and logger.filter(other)
