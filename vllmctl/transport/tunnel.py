@@ -98,23 +98,24 @@ class Forward:
                 with contextlib.suppress(Exception):
                     end.close()
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """No new connection; every open one cut (its thread then ends)."""
         self._stop.set()
         with contextlib.suppress(OSError):
             self._listener.close()
         with self._lock:
-            ends, threads = list(self._open_ends), list(self._threads)
+            ends = list(self._open_ends)
         for end in ends:
             with contextlib.suppress(Exception):
                 end.close()
+
+    def close(self) -> None:
+        self.stop()
+        with self._lock:
+            threads = list(self._threads)
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)
-
-    @property
-    def threads(self) -> list[threading.Thread]:
-        with self._lock:
-            return [t for t in self._threads if t.is_alive()]
 
 
 def _pump(accepted: socket.socket, channel: Any, stop: threading.Event) -> None:
@@ -205,11 +206,13 @@ class HttpTunnels:
     def close(self) -> None:
         with self._lock:
             forwards, transports = list(self._forwards.values()), list(self._transports.values())
-            self._forwards, self._transports, self._probed = {}, {}, set()
+            self._forwards, self._transports, self._probed, self._connecting = {}, {}, set(), {}
+        for forward in forwards:
+            forward.stop()
+        for transport in transports:  # also ends a channel open still waiting on the host
+            transport.close()
         for forward in forwards:
             forward.close()
-        for transport in transports:
-            transport.close()
 
 
 _RUN = HttpTunnels()
