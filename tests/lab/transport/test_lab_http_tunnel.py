@@ -2,7 +2,8 @@
 reached over SSH only through the first as jump host, its engine port dropped for the controller by nftables
 in the engine host's network namespace. `apply` passes its gate, `status` reads live metrics, `bench` streams
 at concurrency and `rollback` waits for health, all through SSH port forwards; with `ssh.tunnel_http: never`
-the run fails naming the port and the setting; no run leaves a forward, thread or forwarded connection."""
+`status`, `bench` and `apply` fail naming the port and the setting (`apply` before it changes anything); no
+run leaves a forward, thread or forwarded connection."""
 
 from __future__ import annotations
 
@@ -243,3 +244,18 @@ def test_rollback_waits_for_health_through_the_tunnel(tun: Tunnelled) -> None:
     [entry] = json.loads(shown.stdout)["entries"]
     assert entry["http"] == "tunnel" and entry["healthy"] is True, entry
     assert tun.forwarded_connections() == []
+
+
+def test_apply_with_never_fails_naming_the_port_and_the_setting(tun: Tunnelled) -> None:
+    """A change to deploy with `tunnel_http: never`: the run stops with the port and the setting named, and
+    the engine keeps serving the release it had."""
+    before = tun.sh(tun.engine, "readlink /var/lib/vllmctl/releases/current").strip()
+    never = tun.inventory("never-change", tunnel_http="never", max_num_seqs=16)
+    done = tun.vllmctl("apply", str(never), "--yes", "--json", "--health-timeout", "120")
+    assert done.returncode != 0, done.stdout[-3000:]
+    said = " ".join(done.stderr.split())
+    assert f"port {PORT} at {tun.engine.address} is unreachable from the controller" in said, said[-3000:]
+    assert "ssh.tunnel_http is never" in said, said[-3000:]
+    print(done.stderr[-1500:])
+    assert tun.sh(tun.engine, "readlink /var/lib/vllmctl/releases/current").strip() == before
+    assert tun.from_jump("/health") == 200
