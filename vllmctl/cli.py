@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ui.error(f"unexpected internal error: {type(exc).__name__}: {exc}\n  hint: details in {path}")
         return EXIT_FAILURE
     finally:
+        tunnels = sys.modules.get("vllmctl.transport.tunnel")  # loaded only by runs that speak HTTP
+        if tunnels is not None:
+            tunnels.close_tunnels()  # the run's port forwards and their SSH connections, also after a failure
         for signum, handler in before.items():
             signal.signal(signum, handler)
 

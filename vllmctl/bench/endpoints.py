@@ -22,6 +22,7 @@ class Endpoint:
     replica: int
     base_url: str
     source: str = ""  # where the weights come from; a local directory gives an exact tokenizer
+    http: str = "direct"  # "tunnel": base_url is a local port forwarded over SSH (transport/tunnel.py)
 
     @property
     def label(self) -> str:
@@ -37,8 +38,11 @@ class Endpoint:
         return candidate if candidate.is_file() else None
 
 
-def _url(address: str, port: int) -> str:
-    return http_url(address, port)
+UrlOf = Callable[[Host, int], str]  # a host's port -> the base URL the controller reaches it at
+
+
+def direct_url(host: Host, port: int) -> str:
+    return http_url(host.address, port)
 
 
 def endpoints_for(
@@ -46,10 +50,11 @@ def endpoints_for(
     hosts: Sequence[str],
     models: Sequence[str] = (),
     replicas: Mapping[tuple[str, str], int] | None = None,
-    address_of: Callable[[Host], str] = lambda host: host.address,
+    url_of: UrlOf = direct_url,
 ) -> list[Endpoint]:
     """Endpoints of `hosts` (in that order) for `models` (all when empty); `replicas` maps (host, model)
-    to its data-parallel replica count (1 when absent); `address_of` gives the address HTTP reaches."""
+    to its data-parallel replica count (1 when absent); `url_of` gives the base URL HTTP reaches (direct or
+    tunnelled: transport/tunnel.py)."""
     unknown = [name for name in models if name not in inventory.models]
     if unknown:
         raise InputError(
@@ -68,18 +73,18 @@ def endpoints_for(
                 if model.name not in grouped:
                     grouped.add(model.name)
                     head = model.cluster.hosts[0]
-                    url = _url(address_of(inventory.hosts[head]), model.port)
+                    url = url_of(inventory.hosts[head], model.port)
                     found.append(Endpoint(head, model.name, 0, url, model.source))
                 continue
             count = max(1, (replicas or {}).get((host_name, model.name), 1))
             for index in range(count):
-                url = _url(address_of(host), model.port + index)
+                url = url_of(host, model.port + index)
                 found.append(Endpoint(host_name, model.name, index, url, model.source))
     return found
 
 
 def gateway_endpoints(
-    inventory: Inventory, models: Sequence[str] = (), address_of: Callable[[Host], str] = lambda h: h.address
+    inventory: Inventory, models: Sequence[str] = (), url_of: UrlOf = direct_url
 ) -> list[Endpoint]:
     """One endpoint per gateway host and model behind it: what clients of the fleet call (docs/gateway.md)."""
     gateway = inventory.gateway
@@ -89,7 +94,7 @@ def gateway_endpoints(
     for host in gateway.hosts:
         for name, port in gateway.ports.items():
             if not models or name in models:
-                url = _url(address_of(inventory.hosts[host]), port)
+                url = url_of(inventory.hosts[host], port)
                 if gateway.tls is not None:
                     url = "https://" + url.removeprefix("http://")
                 found.append(Endpoint(host, name, 0, url, inventory.models[name].source))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from typing import Any
 
 from rich.table import Table
@@ -21,7 +22,7 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url, route_of
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -119,11 +120,12 @@ def _targets(args: argparse.Namespace) -> Targets:
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]
     if args.gateway:
-        found = gateway_endpoints(inv, models, http_address)
+        found = gateway_endpoints(inv, models, base_url)
     else:
-        found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), http_address)
+        found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), base_url)
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
+    found = [replace(e, http=route_of(inv.hosts[e.host])) for e in found]
     slos = {name: dict(model.slo) for name, model in inv.models.items()}
     return found, slos, api_keys(inv, os.environ)
 
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     for endpoint in endpoints:
         local = endpoint.local_tokenizer()
         tokenizer = shared_tokenizer or (load_tokenizer(local) if local else None)
-        ui.info(f"{endpoint.label}: benchmarking {endpoint.base_url} at concurrency {args.concurrency}")
+        via = " (an SSH port forward: latencies include the tunnel)" if endpoint.http == "tunnel" else ""
+        ui.info(f"{endpoint.label}: benchmarking {endpoint.base_url}{via} at concurrency {args.concurrency}")
 
         def progress(level: LevelSummary, endpoint: Endpoint = endpoint) -> None:
             ui.info(_level_line(endpoint, level))
@@ -176,6 +179,7 @@ def _json(
         "host": endpoint.host,
         "model": endpoint.model,
         "replica": endpoint.replica,
+        "http": endpoint.http,
         "prompts": "tokenizer" if exact else "word-list",
         **report.to_json(),
         "violations": [{**vars(v), "message": v.message} for v in violations],

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 EngineName = Literal["vllm", "sglang"]
+TunnelHttp = Literal["auto", "always", "never"]
 Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
 UseCase = Literal["code", "factual", "summarization", "translation", "chat", "creative"]
 Workload = Literal["shared_prefix", "independent"]
@@ -25,6 +26,7 @@ class SshSettings:
     sudo: bool = True
     strict_host_keys: bool = True
     connect_timeout_s: float = 10.0
+    tunnel_http: TunnelHttp = "auto"  # controller-side HTTP through an SSH port forward (transport/tunnel.py)
     # the keys the inventory set (None: every field counts as set); ~/.ssh/config fills in the others
     given: frozenset[str] | None = None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -14,7 +14,7 @@ from typing import Any, Literal
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.facts.lock import is_lock_line, lock_command, lock_from_line
 from vllmctl.paths import LOCK_DIR, RELEASES_DIR, VENVS_DIR
-from vllmctl.render.quoting import http_url, shell_word
+from vllmctl.render.quoting import shell_word
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete"  # written last: a release dir without it is half-made
@@ -297,10 +297,10 @@ def _with_venv(state: HostReleases, host: str, release: Release) -> Release:
     return release
 
 
-def release_endpoints(manifest: Manifest, address: str) -> list[tuple[str, str]]:
-    """(model, base URL) for every replica port the release serves on this host."""
+def release_endpoints(manifest: Manifest, url_of: Callable[[int], str]) -> list[tuple[str, str]]:
+    """(model, base URL) for every replica port the release serves on this host; `url_of` gives a port's."""
     return [
-        (name, http_url(address, port))
+        (name, url_of(port))
         for name, served in sorted(manifest.models.items())
         for port in served.get("ports", [])
     ]

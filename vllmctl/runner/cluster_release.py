@@ -239,7 +239,7 @@ def check_engine(
     nodes.step(head, restart_step([engine_unit]))
     log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
     checks, errors = [], []
-    for model, url in release_endpoints(manifest, nodes.addresses[head]):
+    for model, url in release_endpoints(manifest, nodes.url_of(head)):
         key = opts.api_keys.get(model)
         health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
         tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TypeVar
 
 from vllmctl.catalog.loader import load_arch
@@ -30,7 +31,7 @@ from vllmctl.runner.fleet import fan_out
 from vllmctl.runner.remote import Remote, SshRemote, finish_script
 from vllmctl.tasks.desired import env_path, unit_name
 from vllmctl.transport import Result, SshTransport
-from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url
 
 T = TypeVar("T")
 FORKS = 32
@@ -57,12 +58,16 @@ class Nodes:
         connect: Connect = ssh_node,
     ) -> None:
         self.names = tuple(nodes)
-        self.addresses = {node: http_address(inv.hosts[node]) for node in nodes}  # engine URLs' host
+        self.hosts = {node: inv.hosts[node] for node in nodes}
         self.remotes = {node: connect(inv.hosts[node]) for node in nodes}
         self.timeout_s = timeout_s
         self.locked: tuple[str, ...] = ()
         if lock_owner is not None:
             self._lock(lock_owner, break_lock)
+
+    def url_of(self, node: str) -> Callable[[int], str]:
+        """A port of `node` -> the base URL the controller reaches it at (direct or tunnelled)."""
+        return partial(base_url, self.hosts[node])
 
     def _lock(self, owner: str, break_lock: bool) -> None:
         def take(node: str) -> str:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from vllmctl.bench.readiness import FLOOR_S, HealthCheck
@@ -55,7 +56,7 @@ from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.adapters import served_extras
 from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
-from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 
@@ -154,7 +155,7 @@ def check_serving(
 ) -> Verdict:
     """Health of every endpoint, then (bench) the smoke benchmark; the journal only when health failed."""
     checks = []
-    for model, url in release_endpoints(manifest, http_address(ctx.host)):
+    for model, url in release_endpoints(manifest, partial(base_url, ctx.host)):
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
         key = opts.api_keys.get(model)
         health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)

@@ -16,6 +16,7 @@ from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may
 from vllmctl.runner.gateway import GatewayControl
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url
 
 POLL_S = 1.0
 PROBE_TIMEOUT_S = 3.0
@@ -195,8 +196,9 @@ def serving_replicas(
             plan = plans.get(host, {}).get(model.name)
             address = http_address(inventory.hosts[host])
             for replica in plan.replicas if plan else (Replica(0, model.port),):
-                url = f"http://{_bracketed(address)}:{replica.port}"
-                ref = f"{model.name}/{host}-{replica.port}" if model.name in behind else url
+                url = base_url(inventory.hosts[host], replica.port)  # tunnelled where the host needs it
+                direct = f"http://{_bracketed(address)}:{replica.port}"
+                ref = f"{model.name}/{host}-{replica.port}" if model.name in behind else direct
                 found.append(ServingReplica(model.name, host, ref, url))
     return found
 

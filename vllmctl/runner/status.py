@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -26,7 +27,7 @@ from vllmctl.status.group import group_models, with_groups
 from vllmctl.status.metrics import parse_metrics
 from vllmctl.status.model import ModelStatus
 from vllmctl.tasks.desired import HostContext
-from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url, route_of
 
 HTTP_TIMEOUT_S = 5.0
 CURRENT_MANIFEST = f"{RELEASES_DIR}/current/{MANIFEST}"
@@ -90,7 +91,7 @@ def collect(
     More samples make "requests wait" and "the batch is full" less a matter of when a scrape lands (a
     gauge read right after requests finished shows a batch that the next step refills).
     """
-    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts(), http_address)
+    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts(), base_url)
     facts = gather_hosts(host_contexts(inv, hosts, {}, stage_models=False), timeout_s)
     first = scrape_all(endpoints)
     started = time.monotonic()
@@ -101,7 +102,8 @@ def collect(
     time.sleep(interval_s / (max(samples, 2) - 1))
     last = scrape_all(endpoints, [m.name for m in inv.models.values() if m.adapters])
     dt_s = time.monotonic() - started
-    return build_statuses(inv, endpoints, facts, plan, first, last, dt_s, between)
+    statuses = build_statuses(inv, endpoints, facts, plan, first, last, dt_s, between)
+    return [replace(s, http=route_of(inv.hosts[s.host])) for s in statuses]
 
 
 def gather(

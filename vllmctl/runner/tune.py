@@ -34,7 +34,7 @@ from vllmctl.runner.release import GateOptions, read_releases
 from vllmctl.runner.rollback import roll_back_host
 from vllmctl.runner.tune_load import combine, measure
 from vllmctl.tasks.playbooks import parse_playbook
-from vllmctl.transport.target import http_address
+from vllmctl.transport.tunnel import base_url
 from vllmctl.tune.search import Trial, knobs_for, sweep
 
 Log = Callable[[str], None]
@@ -158,7 +158,7 @@ class Tuner:
         plan = plans.get(self.host, {}).get(self.request.model)  # a CPU build's args as given: no plan
         count = len(plan.replicas) if plan is not None else 1  # tensor parallelism changes it
         replicas = {(self.host, self.request.model): count}
-        found = endpoints_for(variant, [self.host], [self.request.model], replicas, http_address)
+        found = endpoints_for(variant, [self.host], [self.request.model], replicas, base_url)
         spec = LoadSpec(
             concurrency=self.request.concurrency,
             output_tokens=self.request.output_tokens,

@@ -109,6 +109,7 @@ class ModelStatus:
     adapters: tuple[str, ...] | None = None  # the LoRA adapters the replica serves (its /v1/models)
     lock: str | None = None  # the host lock's owner line while held ("" when unreadable)
     left_over: int = 0  # processes left in the unit's cgroup though systemd stopped it: an old engine
+    http: str | None = None  # how the controller reached it: "direct" or "tunnel" (an SSH port forward)
 
     @property
     def kv_tokens(self) -> int | None:

@@ -231,6 +231,7 @@ def status_json(statuses: Sequence[ModelStatus], now: datetime | None = None) ->
             "healthy": s.healthy,
             "ok": s.ok,
             "error": s.error or None,
+            "http": s.http,
             "metrics": _metrics_json(s.metrics),
             "rates": _rates_json(s.rates),
             "prefix_cache_hit_rate": _prefix_json(s),
