@@ -23,6 +23,8 @@ class Endpoint:
     base_url: str
     source: str = ""  # where the weights come from; a local directory gives an exact tokenizer
     http: str = "direct"  # "tunnel": base_url is a local port forwarded over SSH (transport/tunnel.py)
+    port: int = 0  # the engine's port on its host
+    tunnel_overhead_ms: float | None = None  # measured per request when tunnelled (bench reports it)
 
     @property
     def label(self) -> str:
@@ -74,12 +76,14 @@ def endpoints_for(
                     grouped.add(model.name)
                     head = model.cluster.hosts[0]
                     url = url_of(inventory.hosts[head], model.port)
-                    found.append(Endpoint(head, model.name, 0, url, model.source))
+                    found.append(Endpoint(head, model.name, 0, url, model.source, port=model.port))
                 continue
             count = max(1, (replicas or {}).get((host_name, model.name), 1))
             for index in range(count):
                 url = url_of(host, model.port + index)
-                found.append(Endpoint(host_name, model.name, index, url, model.source))
+                found.append(
+                    Endpoint(host_name, model.name, index, url, model.source, port=model.port + index)
+                )
     return found
 
 
@@ -97,5 +101,5 @@ def gateway_endpoints(
                 url = url_of(inventory.hosts[host], port)
                 if gateway.tls is not None:
                     url = "https://" + url.removeprefix("http://")
-                found.append(Endpoint(host, name, 0, url, inventory.models[name].source))
+                found.append(Endpoint(host, name, 0, url, inventory.models[name].source, port=port))
     return found

@@ -22,7 +22,7 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
-from vllmctl.transport.tunnel import base_url, route_of
+from vllmctl.transport.tunnel import base_url, route_of, tunnel_overhead_ms
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,6 +126,12 @@ def _targets(args: argparse.Namespace) -> Targets:
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
     found = [replace(e, http=route_of(inv.hosts[e.host])) for e in found]
+    found = [
+        replace(e, tunnel_overhead_ms=tunnel_overhead_ms(inv.hosts[e.host], e.port))
+        if e.http == "tunnel"
+        else e
+        for e in found
+    ]
     slos = {name: dict(model.slo) for name, model in inv.models.items()}
     return found, slos, api_keys(inv, os.environ)
 
@@ -140,7 +146,11 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     for endpoint in endpoints:
         local = endpoint.local_tokenizer()
         tokenizer = shared_tokenizer or (load_tokenizer(local) if local else None)
-        via = " (an SSH port forward: latencies include the tunnel)" if endpoint.http == "tunnel" else ""
+        via = ""
+        if endpoint.http == "tunnel":
+            added = endpoint.tunnel_overhead_ms
+            cost = "not measured" if added is None else f"measured +{added:.2f} ms per request"
+            via = f" (an SSH port forward, {cost}: latencies include it)"
         ui.info(f"{endpoint.label}: benchmarking {endpoint.base_url}{via} at concurrency {args.concurrency}")
 
         def progress(level: LevelSummary, endpoint: Endpoint = endpoint) -> None:
@@ -180,6 +190,7 @@ def _json(
         "model": endpoint.model,
         "replica": endpoint.replica,
         "http": endpoint.http,
+        "tunnel_overhead_ms": endpoint.tunnel_overhead_ms,
         "prompts": "tokenizer" if exact else "word-list",
         **report.to_json(),
         "violations": [{**vars(v), "message": v.message} for v in violations],

@@ -25,6 +25,7 @@ class EndpointCheck:
     report: EndpointReport | None
     slo: Mapping[str, float] = field(default_factory=dict)
     journal_tail: str = ""  # the unit's journal, fetched at the edge when health failed
+    tunnel_overhead_ms: float | None = None  # what an SSH port forward added to each smoke request
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ def _check_one(check: EndpointCheck, require_bench: bool) -> tuple[list[str], di
     if check.report is None:
         return ([f"{check.model}: the smoke benchmark did not run"] if require_bench else []), figures
     figures.update(_figures(check.report))
+    via = ""
+    if check.tunnel_overhead_ms is not None:  # said beside any SLO miss: the latencies include the tunnel
+        figures["tunnel_overhead_ms"] = check.tunnel_overhead_ms
+        via = f" (through an SSH port forward adding {check.tunnel_overhead_ms:.2f} ms per request)"
     reasons = []
     if check.report.error:
         reasons.append(f"{check.model}: smoke benchmark failed: {check.report.error}")
@@ -77,7 +82,7 @@ def _check_one(check: EndpointCheck, require_bench: bool) -> tuple[list[str], di
         )
     if not check.report.error:
         reasons += [
-            f"{check.model}: SLO miss, {v.message}" for v in check_report(check.report, dict(check.slo))
+            f"{check.model}: SLO miss, {v.message}{via}" for v in check_report(check.report, dict(check.slo))
         ]
     return reasons, figures
 

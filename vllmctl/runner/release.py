@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from vllmctl.bench.readiness import FLOOR_S, HealthCheck
@@ -56,7 +55,7 @@ from vllmctl.runner.kv import KvPredictor
 from vllmctl.runner.remote import Remote
 from vllmctl.tasks.adapters import served_extras
 from vllmctl.tasks.desired import HostContext, env_path, render_unit, unit_name, venv_path
-from vllmctl.transport.tunnel import base_url
+from vllmctl.transport.tunnel import base_url, route_of, tunnel_overhead_ms
 
 KvPrediction = Callable[[HostContext], dict[str, dict[str, Any]]]  # model -> predicted KV figures
 
@@ -155,7 +154,13 @@ def check_serving(
 ) -> Verdict:
     """Health of every endpoint, then (bench) the smoke benchmark; the journal only when health failed."""
     checks = []
-    for model, url in release_endpoints(manifest, partial(base_url, ctx.host)):
+    ports: dict[str, int] = {}  # base URL -> the engine's port on the host (a tunnel's URL names a local one)
+
+    def url_of(port: int) -> str:
+        ports[url := base_url(ctx.host, port)] = port
+        return url
+
+    for model, url in release_endpoints(manifest, url_of):
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
         key = opts.api_keys.get(model)
         health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
@@ -164,7 +169,10 @@ def check_serving(
             tail = remote.execute(journal_tail_command(manifest.units), opts.command_timeout_s).stdout
         report = opts.bench(url, model, api_key=key) if bench and health.ok else None
         slo = manifest.models.get(model, {}).get("slo", {})
-        checks.append(EndpointCheck(model, health, report, slo, tail))
+        added = None
+        if report is not None and route_of(ctx.host) == "tunnel":
+            added = tunnel_overhead_ms(ctx.host, ports[url])
+        checks.append(EndpointCheck(model, health, report, slo, tail, added))
     return decide(checks, require_bench=bench)
 
 

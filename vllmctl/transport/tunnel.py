@@ -10,7 +10,9 @@ import errno
 import logging
 import select
 import socket
+import statistics
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -20,6 +22,19 @@ from vllmctl.render.quoting import http_url
 from vllmctl.transport.target import SshTarget, http_address, resolve_target, shared_ssh_config
 
 Route = Literal["direct", "tunnel"]
+OVERHEAD_SAMPLES = 10
+# run on the host: the median of kept-alive GET /health on its loopback, in ms (the tunnel's baseline)
+ON_HOST_TIMING = """import http.client, statistics, sys, time
+port, samples = int(sys.argv[1]), int(sys.argv[2])
+connection, times = http.client.HTTPConnection("127.0.0.1", port, timeout=10), []
+for index in range(samples + 1):
+    started = time.perf_counter()
+    connection.request("GET", "/health")
+    connection.getresponse().read()
+    if index:
+        times.append(time.perf_counter() - started)
+print(statistics.median(times) * 1000)
+"""
 ChannelOpener = Callable[[int, tuple[str, int]], Any]  # (remote port, local peer) -> an open paramiko Channel
 UNROUTED = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 PROBE_TIMEOUT_S = 5.0
@@ -133,10 +148,15 @@ def _pump(accepted: socket.socket, channel: Any, stop: threading.Event) -> None:
 class HttpTunnels:
     """The run's registry: the base URL of (host, port), direct or through a Forward opened on first use.
     `connect` gives the open SSH transport (paramiko.Transport) of a host; the default opens one per host,
-    closed with the forwards."""
+    closed with the forwards. `run_on_host` runs a command there (the tunnel's overhead baseline)."""
 
-    def __init__(self, connect: Callable[[Host], Any] | None = None) -> None:
+    def __init__(
+        self,
+        connect: Callable[[Host], Any] | None = None,
+        run_on_host: Callable[[Host, list[str]], str | None] | None = None,
+    ) -> None:
         self._connect = connect or self._ssh_connect
+        self._run_on_host = run_on_host or self._ssh_run  # argv on the host -> its stdout, None on failure
         self._lock = threading.Lock()
         self._forwards: dict[tuple[str, int], Forward] = {}
         self._probed: set[tuple[str, int]] = set()
@@ -199,6 +219,44 @@ class HttpTunnels:
                 ) from exc
         self._probed.add((host.name, port))
 
+    def overhead_ms(self, host: Host, port: int, samples: int = OVERHEAD_SAMPLES) -> float | None:
+        """What the forward adds to one request: the median `GET /health` through it (one kept-alive
+        connection) minus the same measured on the host itself; None when either could not be measured."""
+        import httpx
+
+        times = []
+        try:
+            with httpx.Client(base_url=self.base_url(host, port), timeout=10) as client:
+                for index in range(samples + 1):
+                    started = time.perf_counter()
+                    client.get("/health").raise_for_status()
+                    if index:  # the first opens the channel: a benchmark pays that once per connection
+                        times.append(time.perf_counter() - started)
+        except (httpx.HTTPError, TransportError):
+            return None
+        answer = self._run_on_host(host, ["python3", "-c", ON_HOST_TIMING, str(port), str(samples)])
+        try:
+            on_host = float(answer or "")
+        except ValueError:
+            return None
+        return round(max(0.0, statistics.median(times) * 1000 - on_host), 2)
+
+    def _ssh_run(self, host: Host, argv: list[str]) -> str | None:
+        from vllmctl.transport.ssh import SshTransport
+
+        with self._lock:
+            transport = self._transports.get(host.name)
+        owned = transport is None
+        transport = transport or SshTransport(host)
+        try:
+            result = transport.run(argv, timeout=60)
+        except TransportError:
+            return None
+        finally:
+            if owned:
+                transport.close()
+        return result.stdout if result.ok else None
+
     def forwards(self) -> dict[tuple[str, int], Forward]:
         with self._lock:
             return dict(self._forwards)
@@ -225,6 +283,10 @@ def base_url(host: Host, port: int) -> str:
 
 def route_of(host: Host) -> Route:
     return _RUN.route(host)
+
+
+def tunnel_overhead_ms(host: Host, port: int) -> float | None:
+    return _RUN.overhead_ms(host, port)
 
 
 def close_tunnels() -> None:

@@ -173,6 +173,10 @@ def test_apply_passes_its_gate_through_the_tunnel(tun: Tunnelled) -> None:
     applied = tun.vllmctl("apply", str(tun.inventory()), "--yes", "--json", "--health-timeout", "300")
     assert applied.returncode == 0, applied.stdout[-5000:] + applied.stderr[-3000:]
     assert "open FAILED" not in applied.stderr  # the health wait's refused channels are expected, not said
+    gate = json.loads(applied.stdout)["hosts"][tun.engine.name]["release"]
+    assert gate["status"] == "passed", gate
+    # the smoke benchmark's figures say what the tunnel added to each request, measured on the host
+    assert all(isinstance(f["tunnel_overhead_ms"], float) for f in gate["figures"].values()), gate
     # the engine serves, the jump host reaches it, the controller does not: the gate went through SSH
     assert tun.from_jump("/health") == 200
     with pytest.raises(httpx.TimeoutException):
@@ -200,10 +204,12 @@ def test_bench_streams_at_concurrency_through_the_tunnel(tun: Tunnelled) -> None
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [endpoint] = json.loads(done.stdout)["endpoints"]
     assert endpoint["http"] == "tunnel", endpoint
+    # measured: GET /health through the forward against the same on the engine host's loopback
+    assert isinstance(endpoint["tunnel_overhead_ms"], float) and endpoint["tunnel_overhead_ms"] >= 0, endpoint
     levels = endpoint["levels"]
     assert [level["concurrency"] for level in levels] == [1, 4], levels
     assert all(level["completed"] == level["requests"] == 8 for level in levels), levels
-    assert "latencies include the tunnel" in done.stderr
+    assert "ms per request: latencies include it" in done.stderr
     assert tun.forwarded_connections() == []
 
 

@@ -80,3 +80,13 @@ def test_one_bad_endpoint_fails_the_host_and_figures_are_kept() -> None:
 
 def test_a_host_serving_nothing_passes() -> None:
     assert decide([]).passed
+
+
+def test_a_tunnelled_smoke_benchmark_says_what_the_tunnel_added_beside_its_figures_and_misses() -> None:
+    check = EndpointCheck("m", HEALTHY, report(ttft_s=0.5), {"ttft_p99_ms": 100}, tunnel_overhead_ms=1.25)
+    verdict = decide([check])
+    assert verdict.figures["m"]["tunnel_overhead_ms"] == 1.25
+    assert len(verdict.reasons) == 2  # one miss per concurrency level, each saying what the tunnel added
+    added = "(through an SSH port forward adding 1.25 ms per request)"
+    assert all(r.startswith("m: SLO miss, ") and r.endswith(added) for r in verdict.reasons)
+    assert "tunnel_overhead_ms" not in decide([EndpointCheck("m", HEALTHY, report())]).figures["m"]

@@ -250,3 +250,52 @@ def test_paramikos_refused_channel_lines_are_kept_out_of_the_output() -> None:
     )
     other = logger.makeRecord(logger.name, logging.ERROR, "t.py", 1, "Oops, unhandled type %d", (9,), None)
     assert not logger.filter(refused) and logger.filter(other)
+
+
+class SlowChannel:
+    """A channel whose every read waits `delay` seconds: the latency an SSH hop adds, made measurable."""
+
+    def __init__(self, sock: socket.socket, delay: float) -> None:
+        self.sock, self.delay = sock, delay
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def recv(self, size: int) -> bytes:
+        time.sleep(self.delay)
+        return self.sock.recv(size)
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_tunnels_added_latency_is_measured_against_the_same_requests_on_the_host(
+    engine: int, no_ssh_config: None
+) -> None:
+    import subprocess
+
+    class Slow(LocalChannels):
+        def open_channel(self, kind: str, dest: tuple[str, int], peer: tuple[str, int]) -> Any:
+            return SlowChannel(super().open_channel(kind, dest, peer), 0.03)
+
+    def on_host(
+        h: Host, argv: list[str]
+    ) -> str | None:  # the timing script, run for real, right by the engine
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        return done.stdout if done.returncode == 0 else None
+
+    behind = host("b", "10.0.0.2", tunnel_http="always")
+    tunnels = HttpTunnels(connect=lambda h: Slow({engine: engine}), run_on_host=on_host)
+    try:
+        added = tunnels.overhead_ms(behind, engine)
+        assert added is not None and 25 <= added <= 300  # the 30 ms the channel adds, not the engine's time
+    finally:
+        tunnels.close()
+    unmeasured = HttpTunnels(connect=lambda h: LocalChannels({engine: engine}), run_on_host=lambda h, a: None)
+    try:
+        assert unmeasured.overhead_ms(behind, engine) is None  # never a figure made up
+    finally:
+        unmeasured.close()
