@@ -134,13 +134,15 @@ def power_off(fleet: LabFleet, host: LabHostInfo) -> None:
     subprocess.run(["ip", "link", "set", lab_host.veth, "down"], check=True)
 
 
-def in_mounts_of(fleet: LabFleet, host: LabHostInfo, argv: list[str]) -> None:
-    """Run `argv` here in the host's mount namespace (its systemd's): e.g. mount a small tmpfs on it."""
+def in_mounts_of(fleet: LabFleet, host: LabHostInfo, argv: list[str], net: bool = False) -> str:
+    """Run `argv` here in the host's mount namespace (its systemd's; `net`: and its network namespace),
+    without SSH: e.g. mount a small tmpfs on it, or look at a host the controller cannot reach. Its stdout."""
     from vllmctl.lab import machines
 
     layout, lab_host = _lab_host(fleet, host)
     for pid in machines.running_pids(layout, lab_host):
         if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
-            subprocess.run(["nsenter", "-t", str(pid), "-m", *argv], check=True)
-            return
+            spaces = ["-m", "-n"] if net else ["-m"]
+            argv = ["nsenter", "-t", str(pid), *spaces, *argv]
+            return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     raise RuntimeError(f"{host.name}: its systemd is not running")

@@ -1,5 +1,5 @@
 """Issue #35 on real lab hosts: a fleet of two, the lab's vLLM stand-in (NOT vLLM) served on the second host,
-reached over SSH only through the first as jump host, its engine port dropped for the controller by nftables
+reached only through the first as jump host: its SSH and engine ports dropped for the controller by nftables
 in the engine host's network namespace. `apply` passes its gate, `status` reads live metrics, `bench` streams
 at concurrency and `rollback` waits for health, all through SSH port forwards; with `ssh.tunnel_http: never`
 `status`, `bench` and `apply` fail naming the port and the setting (`apply` before it changes anything); no
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
-from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
+from vllmctl.lab.testing import LabFleet, LabHostInfo, in_mounts_of, start_fleet, stop_fleet
 
 pytestmark = pytest.mark.lab
 
@@ -64,10 +65,14 @@ class Tunnelled:
         assert done.returncode == 0, f"{host.name}: {command}: {done.stderr}"
         return done.stdout
 
+    def on_engine(self, *argv: str) -> str:
+        """A command on the engine host, run in its namespaces from here: the controller has no SSH to it."""
+        return in_mounts_of(self.fleet, self.engine, list(argv), net=True)
+
     def forwarded_connections(self) -> list[str]:
         """Established TCP connections to the engine port on its host (what sshd opens for a channel)."""
-        ports = f"'( dport >= :{PORT} and dport <= :{PORT + 99} )'"
-        found = self.sh(self.engine, f"ss -Htn state established {ports}")
+        ports = f"( dport >= :{PORT} and dport <= :{PORT + 99} )"
+        found = self.on_engine("ss", "-Htn", "state", "established", ports)
         return [line for line in found.splitlines() if line.strip()]
 
     def from_jump(self, path: str) -> int:
@@ -82,8 +87,9 @@ def netns_of(fleet: LabFleet, host: LabHostInfo) -> str:
 
 
 def block_controller(fleet: LabFleet, host: LabHostInfo) -> None:
-    """nftables in the host's network namespace drops the controller's packets to the engine ports; the jump
-    host (a lab peer) and the host's own loopback, where sshd delivers forwarded channels, still reach it."""
+    """nftables in the host's network namespace drops the controller's packets to SSH and the engine ports;
+    the jump host (a lab peer) and the host's own loopback, where sshd delivers forwarded channels, still
+    reach it."""
     from vllmctl.lab import state
     from vllmctl.lab.teardown import layout_of
 
@@ -92,7 +98,7 @@ def block_controller(fleet: LabFleet, host: LabHostInfo) -> None:
     controller = layout_of(saved).bridge_address
     rules = (
         f"table inet {TABLE} {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n"
-        f"    ip saddr {controller} tcp dport {PORT}-{PORT + 99} drop\n  }}\n}}\n"
+        f"    ip saddr {controller} tcp dport {{ 22, {PORT}-{PORT + 99} }} drop\n  }}\n}}\n"
     )
     argv = ["ip", "netns", "exec", netns_of(fleet, host), "nft", "-f", "-"]
     subprocess.run(argv, input=rules, text=True, check=True, timeout=30)
@@ -181,6 +187,8 @@ def test_apply_passes_its_gate_through_the_tunnel(tun: Tunnelled) -> None:
     assert tun.from_jump("/health") == 200
     with pytest.raises(httpx.TimeoutException):
         httpx.get(f"http://{tun.engine.address}:{PORT}/health", timeout=3)
+    with pytest.raises(TimeoutError):  # nor its sshd: every SSH step went through the jump host too
+        socket.create_connection((tun.engine.address, 22), timeout=3)
     assert tun.forwarded_connections() == []
 
 
@@ -255,7 +263,7 @@ def test_rollback_waits_for_health_through_the_tunnel(tun: Tunnelled) -> None:
 def test_apply_with_never_fails_naming_the_port_and_the_setting(tun: Tunnelled) -> None:
     """A change to deploy with `tunnel_http: never`: the run stops with the port and the setting named, and
     the engine keeps serving the release it had."""
-    before = tun.sh(tun.engine, "readlink /var/lib/vllmctl/releases/current").strip()
+    before = tun.on_engine("readlink", "/var/lib/vllmctl/releases/current").strip()
     never = tun.inventory("never-change", tunnel_http="never", max_num_seqs=16)
     done = tun.vllmctl("apply", str(never), "--yes", "--json", "--health-timeout", "120")
     assert done.returncode != 0, done.stdout[-3000:]
@@ -263,5 +271,5 @@ def test_apply_with_never_fails_naming_the_port_and_the_setting(tun: Tunnelled) 
     assert f"port {PORT} at {tun.engine.address} is unreachable from the controller" in said, said[-3000:]
     assert "ssh.tunnel_http is never" in said, said[-3000:]
     print(done.stderr[-1500:])
-    assert tun.sh(tun.engine, "readlink /var/lib/vllmctl/releases/current").strip() == before
+    assert tun.on_engine("readlink", "/var/lib/vllmctl/releases/current").strip() == before
     assert tun.from_jump("/health") == 200
