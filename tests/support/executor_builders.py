@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
+
+import paramiko
 
 from vllmctl.inventory.model import (
     DriverSpec,
@@ -37,3 +40,17 @@ def inventory(
 
 def model(name: str, hosts: tuple[str, ...], source: str = "/srv/models/tiny", **kw: Any) -> ModelDeployment:
     return ModelDeployment(name=name, source=source, hosts=hosts, **kw)
+
+
+def parsed(text: str) -> paramiko.SSHConfig:
+    """An ssh_config from text."""
+    config = paramiko.SSHConfig()
+    config.parse(io.StringIO(text))
+    return config
+
+
+def loaded(address: str, given: set[str], **ssh: Any) -> Host:
+    """A host as the loader builds it: `given` names the ssh keys the inventory set."""
+    made = host("h", address, **ssh)
+    settings = type(made.ssh)(**{**made.ssh.__dict__, "given": frozenset(given)})
+    return type(made)(**{**made.__dict__, "ssh": settings})

@@ -3,29 +3,14 @@ ssh_config fills in the rest (HostName, User, Port, IdentityFile, IdentitiesOnly
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import paramiko
 import pytest
-from executor_builders import host
+from executor_builders import host, loaded, parsed
 
 from vllmctl.errors import TransportError
-from vllmctl.inventory.model import Host
 from vllmctl.transport import load_ssh_config, resolve_target
-
-
-def parsed(text: str) -> paramiko.SSHConfig:
-    config = paramiko.SSHConfig()
-    config.parse(io.StringIO(text))
-    return config
-
-
-def loaded(address: str, given: set[str], **ssh: object) -> Host:
-    """A host as the loader builds it: `given` names the ssh keys the inventory set."""
-    made = host("h", address, **ssh)
-    settings = type(made.ssh)(**{**made.ssh.__dict__, "given": frozenset(given)})
-    return type(made)(**{**made.__dict__, "ssh": settings})
 
 
 @pytest.fixture

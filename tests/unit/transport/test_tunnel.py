@@ -5,7 +5,6 @@ reused, streaming and concurrent requests through it, all closed at the end, als
 from __future__ import annotations
 
 import contextlib
-import io
 import socket
 import threading
 import time
@@ -16,28 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import paramiko
 import pytest
-from executor_builders import host
+from executor_builders import host, loaded, parsed
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory.model import Host
 from vllmctl.transport import resolve_target, tunnel
 from vllmctl.transport.tunnel import HttpTunnels, http_route
-
-
-def parsed(text: str) -> paramiko.SSHConfig:
-    config = paramiko.SSHConfig()
-    config.parse(io.StringIO(text))
-    return config
-
-
-def loaded(address: str, given: set[str], **ssh: object) -> Host:
-    """A host as the loader builds it: `given` names the ssh keys the inventory set."""
-    made = host("h", address, **ssh)
-    settings = type(made.ssh)(**{**made.ssh.__dict__, "given": frozenset(given)})
-    return type(made)(**{**made.__dict__, "ssh": settings})
-
 
 CONFIG = (
     "Host gpu-behind\n  HostName 10.9.0.7\n  ProxyJump bastion\nHost gpu-proxied\n  ProxyCommand nc %h %p\n"
