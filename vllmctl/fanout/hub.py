@@ -5,6 +5,7 @@ blob against the hash the hub named it by and lay out huggingface_hub's cache (s
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any
 
 from vllmctl.fanout.scripts import GIT_SUMS as GIT_SUMS
 from vllmctl.paths import HUB_CACHE
-from vllmctl.render.quoting import QuotingError, confined_path, shell_word
+from vllmctl.render.quoting import QuotingError, confined_path, host_path, shell_word
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -143,6 +144,22 @@ def lay_out(keydir: str, folder: str) -> str:
     return f"umask 022; python3 {shell_word(keydir + '/lay_out.py')} {shell_word(folder)} " + shell_word(
         f"{keydir}/{LINKS}"
     )
+
+
+def stamp(folder: str, commit: str, staged: Iterable[tuple[str, str, str | None]]) -> str:
+    """Run on the target as root once the cache is laid out: each download's marker (path, content) as the
+    host's own run would write it, after an adapter's link to the snapshot, so that run has nothing left to
+    do and asks the hub nothing."""
+    snapshot = shell_word(f"{folder}/snapshots/{commit}")
+    parts = ["set -e", "umask 022"]
+    for marker, content, link in staged:
+        if link:
+            where = host_path(link)
+            parts.append(f"mkdir -p -- {shell_word(posixpath.dirname(where))}")
+            parts.append(f"ln -sfn -- {snapshot} {shell_word(where)}")
+        parts.append(f"mkdir -p -- {shell_word(posixpath.dirname(marker))}")
+        parts.append(f"printf %s {shell_word(content)} > {shell_word(marker)}")
+    return "; ".join(parts)
 
 
 def forget(folder: str, markers: Iterable[str], names: Iterable[str]) -> str:

@@ -79,10 +79,10 @@ def survey_hub(
     report: Callable[[str], None],
     peers_read: int,
     lister: Lister | None = hub_listing,
-) -> tuple[list[FolderFanout], dict[str, dict[str, list[str]]]]:
+) -> tuple[list[FolderFanout], dict[str, dict[str, list[dict[str, Any]]]]]:
     """The hub models worth fanning out (two hosts stage one), what each host holds (one round trip per
-    host; at most `peers_read` hosts outside --limit per model), and each folder's markers per host
-    (forgotten on a source found corrupt)."""
+    host; at most `peers_read` hosts outside --limit per model), and each folder's downloads per host (a
+    copy stamps their markers; a source found corrupt forgets them)."""
     selected = hub_wants(contexts)
     outside = {k: v for k, v in hub_wants(peers, peers_read).items() if k in selected}
     wanted = {k: v for k, v in selected.items() if len(v) + len(outside.get(k, {})) >= 2}
@@ -123,10 +123,7 @@ def survey_hub(
             del fanout.stale[fanout.seed]
         if fanout.stale and (fanout.holders or fanout.seed):
             found.append(fanout)
-            every = {**outside_hosts, **hosts}
-            marked[fanout.folder] = {
-                h: sorted(staged_marker(str(a["model"])) for a in d) for h, d in every.items()
-            }
+            marked[fanout.folder] = {**outside_hosts, **hosts}
     return found, marked
 
 
@@ -152,12 +149,12 @@ class HubCopier(Copier):
         contexts: Mapping[str, HostContext],
         timeout: float,
         token: str,
-        markers: Mapping[str, Sequence[str]],
+        downloads: Mapping[str, Sequence[Mapping[str, Any]]],
     ) -> None:
         super().__init__(fanout, contexts, timeout, token)
         assert fanout.hub is not None
         self.snapshot: hub.HubSnapshot = fanout.hub
-        self.markers = markers
+        self.downloads = downloads  # host -> the hub downloads of this repo its own run would make
 
     def extra_files(self, stale: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
         sums = hub.git_sums(self.snapshot, (str(f["name"]) for f in stale))
@@ -172,11 +169,19 @@ class HubCopier(Copier):
         laid = target.run(hub.lay_out(keydir, self.fanout.folder), sudo=True, timeout=120)
         if not laid.ok:
             raise CopyFailed("target", laid.failure("laying out the hub cache"))
+        staged = [
+            (staged_marker(str(a["model"])), hub_marker_content(a), a.get("link"))
+            for a in self.downloads.get(copy.target, ())
+        ]
+        stamped = target.run(
+            hub.stamp(self.fanout.folder, self.snapshot.commit, staged), sudo=True, timeout=60
+        )
+        if not stamped.ok:
+            raise CopyFailed("target", stamped.failure("writing the staged markers"))
 
     def distrust(self, source: SshTransport, stderr: str) -> None:
-        script = hub.forget(
-            self.fanout.folder, self.markers.get(source.target.name, ()), hub.failed_blobs(stderr)
-        )
+        markers = [staged_marker(str(a["model"])) for a in self.downloads.get(source.target.name, ())]
+        script = hub.forget(self.fanout.folder, markers, hub.failed_blobs(stderr))
         with contextlib.suppress(TransportError):
             source.run(script, sudo=True, timeout=60)
 

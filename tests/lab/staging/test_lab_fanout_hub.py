@@ -1,8 +1,8 @@
 """The hub model fan-out on real hosts (#32): four lab hosts stage one hub model from a stand-in hub (HTTP on
 the controller, vllmctl/lab/hubstandin.py). The seed's own run downloads it, alone and first; the others
-copy it from hosts that hold it with rsync over SSH, each blob checked against the hub's listing, and then
-their own download finds every file cached: the weights leave the hub once. A corrupt blob on one source is
-caught and the copy taken from another; no access is left behind."""
+copy it from hosts that hold it with rsync over SSH, each blob checked against the hub's listing, laid out
+as huggingface_hub's cache and marked staged: the weights leave the hub once, and only the seed asks it.
+A corrupt blob on one source is caught and the copy taken from another; no access is left behind."""
 
 from __future__ import annotations
 
@@ -134,9 +134,11 @@ def test_the_weights_leave_the_hub_once_and_the_hosts_copy_them_from_each_other(
     assert {c["source"] for c in found["hosts"].values()} <= {h.name for h in hubfan.fleet.hosts}
     assert {name: hubfan.hub.file_downloads(name) for name in WEIGHTS} == dict.fromkeys(WEIGHTS, 1)
     assert all(hubfan.verified(h) for h in hubfan.fleet.hosts)
-    for host in others:  # its own download then found every file cached: the marker, nothing fetched
+    for host in others:  # the copy wrote the marker its own download would have: nothing left to do
         steps = {s["op"]: s["status"] for s in doc["hosts"][host.name]["steps"]}
-        assert steps["model_fanout"] == "changed" and steps["model_download"] == "changed"
+        assert steps["model_fanout"] == "changed" and steps["model_download"] == "ok"
+    seed_address, controller = seed.address, urlparse(hubfan.fleet.index_url).hostname
+    assert {client for client, _, _ in hubfan.hub.log} == {seed_address, controller}  # no target asked
     hubfan.assert_no_access_left()
     asked = len(hubfan.hub.log)
     code, again, stderr = hubfan.apply()

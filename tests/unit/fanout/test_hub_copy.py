@@ -101,6 +101,12 @@ def test_a_copy_checked_and_laid_out_is_found_cached_and_fetches_nothing(
     assert laid.returncode == 0, laid.stderr
     again = run(hub.lay_out(str(keydir), str(folder)))  # over its own links: a repaired holder's case
     assert again.returncode == 0, again.stderr
+    marker, link = tmp_path / "staged" / "tiny+lora+a", tmp_path / "adapters" / "a"
+    staged = [(str(marker), f"{REPO}@main -> {link}\n", str(link))]
+    stamped = run(hub.stamp(str(folder), snapshot.commit, staged))
+    assert stamped.returncode == 0, stamped.stderr
+    assert marker.read_text() == f"{REPO}@main -> {link}\n"  # what the host's own run would have written
+    assert link.resolve() == (folder / "snapshots" / snapshot.commit).resolve()
     with HubStandIn(standin.repo) as fresh:  # a new server: every request it gets is the target's
         found = download(tmp_path / "target", fresh)
     # no file's bytes, not even a HEAD: every file was found in the copied cache
