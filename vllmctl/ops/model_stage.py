@@ -102,6 +102,8 @@ def _plan_hub(args: Args, facts: Facts) -> Step:
         return noop(
             "model_download", model, f"{repo}@{args.get('revision') or 'main'} is staged in {HUB_CACHE}"
         )
+    if args.get("fanned_out"):  # --check: the fan-out's copy comes first and marks it staged
+        return noop("model_download", model, f"{repo}@{args.get('revision') or 'main'} copied by the fan-out")
     _check_space(HUB_CACHE, float(args.get("size_mib") or 0), facts, f"{repo}")
     python = f"{args['venv']}/bin/python"
     revision = str(args.get("revision") or "")

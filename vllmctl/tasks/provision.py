@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 from vllmctl.bench.readiness import startup_deadline_s
+from vllmctl.fanout.hub import hub_folder
 from vllmctl.inventory.model import EngineSpec, ModelDeployment, runs_on_cpu
 from vllmctl.ops.engine import CPU_VARIANT_DEBS, CPU_VARIANT_REMOVALS
 from vllmctl.ops.gpu_memory import VLLM_DEFAULT_UTILIZATION
@@ -170,7 +171,9 @@ def _model_staging(ctx: HostContext, params: Params) -> list[OpCall]:
 
 
 def _fanned_out(ctx: HostContext, op: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {**args, "fanned_out": True} if op == "model_sync" and args["dest"] in ctx.fanned_out else args
+    """--check: a folder the fan-out brings before this run (a hub model's marked staged by its copy)."""
+    folder = args["dest"] if op == "model_sync" else hub_folder(str(args["repo"]))
+    return {**args, "fanned_out": True} if folder in ctx.fanned_out else args
 
 
 def _health_check(ctx: HostContext, params: Params) -> list[OpCall]:

@@ -120,6 +120,8 @@ def test_check_names_the_seed_and_the_rounds_and_downloads_nothing(hubfan: HubFa
     for host in others:  # each copy is in the host's plan, with the blobs and bytes the hub lists
         (copy,) = [s for s in doc["hosts"][host.name]["steps"] if s["op"] == "model_fanout"]
         assert copy["status"] == "planned" and copy["commands"][0].startswith(f"fan-out copy {FOLDER} from ")
+        (download,) = [s for s in doc["hosts"][host.name]["steps"] if s["op"] == "model_download"]
+        assert download["noop"] and not download["commands"], download  # the copy marks it staged
     assert not [s for s in doc["hosts"][seed.name]["steps"] if s["op"] == "model_fanout"]
 
 
