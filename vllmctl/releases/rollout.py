@@ -44,12 +44,14 @@ class MaxFail:
 @dataclass(frozen=True)
 class ServingReplica:
     """One engine endpoint of a model: `ref` is the gateway's `backend/server` for a model behind the gateway,
-    else its URL; `url` is where its /health answers."""
+    else its URL; `url` is where its /health answers from a routed controller, `port` its port on the host
+    (a tunnel to it is opened only when it is probed)."""
 
     model: str
     host: str
     ref: str
     url: str = ""
+    port: int = 0
 
 
 @dataclass(frozen=True)

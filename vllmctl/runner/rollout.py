@@ -46,9 +46,12 @@ class EngineGuard(Protocol):
     def stopped(self) -> str: ...
 
 
-def health_probe(api_keys: Mapping[str, str]) -> Probe:
+def health_probe(
+    api_keys: Mapping[str, str], url_of: Callable[[ServingReplica], str] = lambda r: r.url
+) -> Probe:
     """One attempt of the release gate's own readiness probe (GET /health, then /v1/models listing the
-    model: another engine on the port does not count), with the model's API key."""
+    model: another engine on the port does not count), with the model's API key, at `url_of` the replica
+    (tunnelled where its host needs it: the forward opens only for a replica probed)."""
 
     def probe(replica: ServingReplica) -> bool:
         import httpx
@@ -57,7 +60,7 @@ def health_probe(api_keys: Mapping[str, str]) -> Probe:
 
         with httpx.Client(trust_env=False) as client:
             key = api_keys.get(replica.model)
-            return ready(client, replica.url, replica.model, PROBE_TIMEOUT_S, key)[0] == "ready"
+            return ready(client, url_of(replica), replica.model, PROBE_TIMEOUT_S, key)[0] == "ready"
 
     return probe
 
@@ -196,10 +199,9 @@ def serving_replicas(
             plan = plans.get(host, {}).get(model.name)
             address = http_address(inventory.hosts[host])
             for replica in plan.replicas if plan else (Replica(0, model.port),):
-                url = base_url(inventory.hosts[host], replica.port)  # tunnelled where the host needs it
-                direct = f"http://{_bracketed(address)}:{replica.port}"
-                ref = f"{model.name}/{host}-{replica.port}" if model.name in behind else direct
-                found.append(ServingReplica(model.name, host, ref, url))
+                url = f"http://{_bracketed(address)}:{replica.port}"
+                ref = f"{model.name}/{host}-{replica.port}" if model.name in behind else url
+                found.append(ServingReplica(model.name, host, ref, url, replica.port))
     return found
 
 
@@ -218,7 +220,10 @@ def rollout_guard(
     api_keys: Mapping[str, str] | None = None,
 ) -> RolloutGuard:
     """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`."""
-    probe = probe or health_probe(api_keys or {})
+    known = inventory.hosts
+    probe = probe or health_probe(
+        api_keys or {}, lambda r: base_url(known[r.host], r.port) if r.port else r.url
+    )
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
     return RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)

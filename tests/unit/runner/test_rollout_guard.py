@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+import paramiko
 from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
@@ -167,6 +168,28 @@ def test_replicas_come_from_the_plans_and_are_named_as_the_gateways_servers() ->
         ("a", "http://10.0.0.1:8100", "http://10.0.0.1:8100"),
         ("b", "http://10.0.0.2:8100", "http://10.0.0.2:8100"),
     ]
+
+
+def test_a_tunnelled_replica_gets_its_forward_only_when_it_is_probed(monkeypatch: Any) -> None:
+    from dataclasses import replace
+
+    from executor_builders import host
+
+    from vllmctl.transport import tunnel
+
+    inv = inventory(["a", "b"], {"tiny": model("tiny", ("a", "b"), port=8100)})
+    inv = replace(inv, hosts={n: host(n, h.address, tunnel_http="always") for n, h in inv.hosts.items()})
+    opened: list[str] = []
+    monkeypatch.setattr(tunnel, "_RUN", tunnel.HttpTunnels(connect=lambda h: opened.append(h.name)))
+    monkeypatch.setattr(tunnel, "shared_ssh_config", lambda: paramiko.SSHConfig())
+    rollout = rollout_guard(inv, {}, 2, MaxFail(0), None, wait_s=0.0)
+    assert opened == []  # a fleet behind a bastion: no SSH connection per replica before any is asked
+    asked = [r for r in rollout.replicas if r.host == "b"]
+    try:
+        assert rollout.probe(asked[0]) is False  # the stand-in connection opens no channel: not serving
+    finally:
+        tunnel._RUN.close()
+    assert set(opened) == {"b"}  # only the replica asked about
 
 
 PLAYBOOK = parse_playbook(
