@@ -21,7 +21,7 @@ from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Host, Inventory
 from vllmctl.transport.tunnel import base_url, route_of, tunnel_overhead_ms
 
 
@@ -125,15 +125,16 @@ def _targets(args: argparse.Namespace) -> Targets:
         found = endpoints_for(inv, select_hosts(inv, args.limit), models, _replica_counts(inv), base_url)
     if not found:
         raise InputError("no endpoint matches --model and --limit", "see `vllmctl plan` for what runs where")
-    found = [replace(e, http=route_of(inv.hosts[e.host])) for e in found]
-    found = [
-        replace(e, tunnel_overhead_ms=tunnel_overhead_ms(inv.hosts[e.host], e.port))
-        if e.http == "tunnel"
-        else e
-        for e in found
-    ]
+    found = [_routed(e, inv.hosts[e.host]) for e in found]
     slos = {name: dict(model.slo) for name, model in inv.models.items()}
     return found, slos, api_keys(inv, os.environ)
+
+
+def _routed(endpoint: Endpoint, host: Host) -> Endpoint:
+    """The endpoint with its route, and what a tunnel adds to each request where it is tunnelled."""
+    if route_of(host) == "direct":
+        return replace(endpoint, http="direct")
+    return replace(endpoint, http="tunnel", tunnel_overhead_ms=tunnel_overhead_ms(host, endpoint.port))
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from vllmctl.fanout.scripts import GIT_SUMS as GIT_SUMS
 from vllmctl.paths import HUB_CACHE
-from vllmctl.render.quoting import QuotingError, confined_path, host_path, shell_word
+from vllmctl.render.quoting import QuotingError, confined_path, host_path, shell_join, shell_word
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -141,9 +141,7 @@ if spec["revision"] != spec["commit"]:
 
 
 def lay_out(keydir: str, folder: str) -> str:
-    return f"umask 022; python3 {shell_word(keydir + '/lay_out.py')} {shell_word(folder)} " + shell_word(
-        f"{keydir}/{LINKS}"
-    )
+    return "umask 022; " + shell_join(["python3", f"{keydir}/lay_out.py", folder, f"{keydir}/{LINKS}"])
 
 
 def stamp(folder: str, commit: str, staged: Iterable[tuple[str, str, str | None]]) -> str:

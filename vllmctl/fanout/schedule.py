@@ -161,9 +161,14 @@ class FolderFanout:
     hub: HubSnapshot | None = None  # a hub model: its blobs, each checked by the hash the hub named it by
     seed: str = ""  # a hub model no host held: the host whose own run downloads it first
 
+    @property
+    def controller_serves(self) -> bool:
+        """The controller holds the folder (never a hub model)."""
+        return self.hub is None
+
     def rounds(self, per_source: int, labels: Mapping[str, str]) -> list[list[Copy]]:
         holders = self.holders or ([self.seed] if self.seed else [])
-        return preview(holders, list(self.stale), per_source, labels, controller=self.hub is None)
+        return preview(holders, list(self.stale), per_source, labels, self.controller_serves)
 
     def to_json(self) -> dict[str, Any]:
         found = {

@@ -93,12 +93,17 @@ def hub_marker_content(args: Args) -> str:
     return f"{args['repo']}@{args.get('revision') or 'main'}{link}\n"
 
 
+def hub_staged(args: Args, paths: Facts) -> bool:
+    """The download's staged marker (a `paths` fact) holds what this download writes: nothing to do."""
+    current = paths.get(staged_marker(str(args["model"])), {})
+    return bool(current.get("sha256") == sha256_text(hub_marker_content(args)))
+
+
 def _plan_hub(args: Args, facts: Facts) -> Step:
     model, repo = str(args["model"]), str(args["repo"])
     marker = staged_marker(model)
     content = hub_marker_content(args)
-    current = facts["paths"].get(marker, {"type": "absent"})
-    if current.get("sha256") == sha256_text(content):
+    if hub_staged(args, facts["paths"]):
         return noop(
             "model_download", model, f"{repo}@{args.get('revision') or 'main'} is staged in {HUB_CACHE}"
         )

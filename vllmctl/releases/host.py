@@ -297,10 +297,13 @@ def _with_venv(state: HostReleases, host: str, release: Release) -> Release:
     return release
 
 
+def release_ports(manifest: Manifest) -> list[tuple[str, int]]:
+    """(model, port) for every replica port the release serves on this host."""
+    return [
+        (name, port) for name, served in sorted(manifest.models.items()) for port in served.get("ports", [])
+    ]
+
+
 def release_endpoints(manifest: Manifest, url_of: Callable[[int], str]) -> list[tuple[str, str]]:
     """(model, base URL) for every replica port the release serves on this host; `url_of` gives a port's."""
-    return [
-        (name, url_of(port))
-        for name, served in sorted(manifest.models.items())
-        for port in served.get("ports", [])
-    ]
+    return [(name, url_of(port)) for name, port in release_ports(manifest)]

@@ -125,9 +125,12 @@ def run_fanout(
 ) -> None:
     """Every host in `fanout.stale` gets the folder from a host that holds it, or a clear error."""
     _install_rsync(fanout, contexts, forks, timeout)
-    controller = fanout.hub is None
     schedule = Schedule(
-        list(fanout.holders), list(fanout.stale), settings.per_source, labels, controller=controller
+        list(fanout.holders),
+        list(fanout.stale),
+        settings.per_source,
+        labels,
+        controller=fanout.controller_serves,
     )
     copier = copier or Copier(fanout, contexts, timeout, secrets.token_hex(8))
     running: dict[Future[CopyOutcome], Copy] = {}
@@ -219,7 +222,7 @@ def stage_folders(
         return Staged()
     peers = peers_of(contexts)
     found = survey(contexts, peers, settings, forks, timeout)
-    hub_found, markers = survey_hub(contexts, peers, forks, timeout, report, PEERS_READ, lister)
+    hub_found, downloads = survey_hub(contexts, peers, forks, timeout, report, PEERS_READ, lister)
     found += hub_found
     everyone = {**contexts, **peers}
     labels = (
@@ -229,7 +232,7 @@ def stage_folders(
     def start(fanout: FolderFanout) -> None:
         copier = None
         if fanout.hub is not None:
-            copier = HubCopier(fanout, everyone, timeout, secrets.token_hex(8), markers[fanout.folder])
+            copier = HubCopier(fanout, everyone, timeout, secrets.token_hex(8), downloads[fanout.folder])
         run_fanout(fanout, everyone, settings, labels, forks, timeout, report, copier)
 
     for fanout in found:
@@ -237,7 +240,7 @@ def stage_folders(
         if not check and not fanout.seed:
             start(fanout)
     seeds = seeds_of(found)
-    hook = after_seeds(found, everyone, start, timeout) if seeds and not check else None
+    hook = after_seeds(found, everyone, downloads, start, timeout) if seeds and not check else None
     return Staged(found, () if check else seeds, hook)
 
 

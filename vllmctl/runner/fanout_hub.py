@@ -15,8 +15,7 @@ from urllib.parse import urlparse
 from vllmctl.errors import TransportError
 from vllmctl.fanout import hub
 from vllmctl.fanout.schedule import Copy, FolderFanout
-from vllmctl.ops.base import sha256_text
-from vllmctl.ops.model_stage import DISK_MARGIN, hub_marker_content, staged_marker
+from vllmctl.ops.model_stage import DISK_MARGIN, hub_marker_content, hub_staged, staged_marker
 from vllmctl.paths import HUB_CACHE
 from vllmctl.runner.fanout_copy import Copier, CopyFailed
 from vllmctl.runner.fleet import on_each_host
@@ -63,12 +62,8 @@ def hub_listing(repo: str, revision: str, ctx: HostContext) -> hub.HubSnapshot:
 
 
 def _holds(downloads: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> bool:
-    """A staged marker of this repo and revision as the host's own run would write it."""
-    paths = facts.get("paths") or {}
-    return any(
-        paths.get(staged_marker(str(a["model"])), {}).get("sha256") == sha256_text(hub_marker_content(a))
-        for a in downloads
-    )
+    """One of the host's downloads of this repo and revision is staged (ops/model_stage.py's own test)."""
+    return any(hub_staged(a, facts.get("paths") or {}) for a in downloads)
 
 
 def survey_hub(
@@ -187,34 +182,36 @@ class HubCopier(Copier):
 
 
 def seeds_of(found: Sequence[FolderFanout]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(f.seed for f in found if f.seed and f.hub is not None))
+    return tuple(dict.fromkeys(f.seed for f in found if f.seed))
 
 
 def after_seeds(
     found: Sequence[FolderFanout],
     contexts: Mapping[str, HostContext],
+    downloads: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]],
     start: Callable[[FolderFanout], None],
     timeout: float,
 ) -> Callable[[Mapping[str, HostResult]], None]:
     """The hook run once the seeds' own runs ended: each seed that now holds its model serves the others;
-    a seed that failed leaves its model to each host's own download."""
+    a seed that failed leaves its model to each host's own download. `downloads`: the survey's, per folder
+    and host."""
 
     def after(outcomes: Mapping[str, HostResult]) -> None:
-        seeds = [f for f in found if f.seed and f.hub is not None]
-        wants = hub_wants({f.seed: contexts[f.seed] for f in seeds})
+        seeded = [f for f in found if f.seed]
+        markers: dict[str, set[str]] = {}
+        for fanout in seeded:
+            mine = downloads[fanout.folder][fanout.seed]
+            markers.setdefault(fanout.seed, set()).update(staged_marker(str(a["model"])) for a in mine)
 
         def read(remote: Any) -> dict[str, Any]:
-            mine = tuple(
-                staged_marker(str(a["model"])) for d in wants.values() for a in d.get(remote.name, [])
-            )
+            mine = tuple(sorted(markers[remote.name]))
             return {"facts": remote.gather({"paths": mine}, min(timeout, 120))}
 
-        ok = [f.seed for f in seeds if f.seed in outcomes and outcomes[f.seed].status == "ok"]
-        gathered = on_each_host({h: contexts[h] for h in dict.fromkeys(ok)}, read, len(ok) or 1)
-        for fanout in seeds:
-            assert fanout.hub is not None
-            downloads = wants.get((fanout.hub.repo, fanout.hub.revision), {}).get(fanout.seed, [])
-            if _holds(downloads, gathered.get(fanout.seed, {}).get("facts", {})):
+        ok = [seed for seed in markers if seed in outcomes and outcomes[seed].status == "ok"]
+        gathered = on_each_host({h: contexts[h] for h in ok}, read, len(ok) or 1)
+        for fanout in seeded:
+            facts = gathered.get(fanout.seed, {}).get("facts", {})
+            if _holds(downloads[fanout.folder][fanout.seed], facts):
                 fanout.holders.append(fanout.seed)
                 start(fanout)
                 continue

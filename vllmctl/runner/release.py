@@ -38,8 +38,8 @@ from vllmctl.releases.host import (
     parse_listing,
     pointer_switch,
     prune_candidates,
-    release_endpoints,
     release_id,
+    release_ports,
     rollback_target,
     serving_digest,
 )
@@ -154,13 +154,8 @@ def check_serving(
 ) -> Verdict:
     """Health of every endpoint, then (bench) the smoke benchmark; the journal only when health failed."""
     checks = []
-    ports: dict[str, int] = {}  # base URL -> the engine's port on the host (a tunnel's URL names a local one)
-
-    def url_of(port: int) -> str:
-        ports[url := base_url(ctx.host, port)] = port
-        return url
-
-    for model, url in release_endpoints(manifest, url_of):
+    for model, port in release_ports(manifest):
+        url = base_url(ctx.host, port)
         watch = watch_units(remote, sorted(manifest.units), opts.command_timeout_s)
         key = opts.api_keys.get(model)
         health = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
@@ -171,7 +166,7 @@ def check_serving(
         slo = manifest.models.get(model, {}).get("slo", {})
         added = None
         if report is not None and route_of(ctx.host) == "tunnel":
-            added = tunnel_overhead_ms(ctx.host, ports[url])
+            added = tunnel_overhead_ms(ctx.host, port)
         checks.append(EndpointCheck(model, health, report, slo, tail, added))
     return decide(checks, require_bench=bench)
 
