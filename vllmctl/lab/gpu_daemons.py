@@ -71,10 +71,12 @@ def notify_ready() -> None:
 
 
 def run_until_stopped() -> int:
+    # SIGTERM blocked, then waited for: a stop that lands before the wait starts is still seen (a handler
+    # plus signal.pause() misses one arriving between the two and then sleeps forever)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     notify_ready()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        signal.pause()
+    signal.sigwait({signal.SIGTERM})
+    return 0
 
 
 def fabricmanager(args: list[str]) -> int:
