@@ -8,15 +8,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vllmctl.ops.base import Command
-from vllmctl.paths import HAPROXY_ADMIN_SOCKET
+from vllmctl.paths import HAPROXY_ADMIN_SOCKET, HAPROXY_FILES_DIR
 from vllmctl.render.quoting import haproxy_word, shell_word
+
+# Printed instead of an answer on a host where vllmctl has not set HAProxy up (yet): a first apply's engine
+# hosts can reach their release before the gateway host has installed it.
+NOT_SET_UP = "@@vllmctl-gateway-not-set-up"
 
 
 def runtime_command(commands: Iterable[str]) -> Command:
-    """One admin-socket session running `commands` in order (HAProxy splits a line on `;`)."""
+    """One admin-socket session running `commands` in order (HAProxy splits a line on `;`), or NOT_SET_UP
+    where vllmctl's gateway files or socat are not there yet (its packages go in before its files)."""
     line = "; ".join(commands)
     socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
-    return Command(shell=f"printf '%s\\n' {shell_word(line)} | socat -t 10 - {shell_word(socket)}")
+    absent = f"[ -d {shell_word(HAPROXY_FILES_DIR)} ] && command -v socat >/dev/null"
+    session = f"printf '%s\\n' {shell_word(line)} | socat -t 10 - {shell_word(socket)}"
+    return Command(shell=f"if {absent}; then {session}; else echo {NOT_SET_UP}; fi")
 
 
 def set_state(refs: Iterable[str], state: str) -> Command:

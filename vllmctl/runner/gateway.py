@@ -14,7 +14,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.gateway.config import Server, servers
-from vllmctl.gateway.runtime import SHOW_STAT, ServerStat, parse_stat, set_state
+from vllmctl.gateway.runtime import NOT_SET_UP, SHOW_STAT, ServerStat, parse_stat, set_state
 from vllmctl.inventory.model import GatewaySpec, Inventory
 from vllmctl.ops import Command
 from vllmctl.planner.inventory_plan import GpuFacts
@@ -27,6 +27,11 @@ from vllmctl.tasks.gateway import TLS_SECRET
 UP_WAIT_MIN_S = 30.0  # a replica set ready needs `rise` good checks before HAProxy sends it requests
 POLL_S = 0.5
 READY_AGAIN_S = 5.0  # how long `ready` waits for UP before saying `set state ready` again
+
+
+class GatewayNotSetUp(VllmctlError):
+    """vllmctl has not set HAProxy up on that gateway host yet: it routes nothing, so there is nothing to
+    drain or ready there; its config, once written, lists every server."""
 
 
 @dataclass
@@ -82,6 +87,8 @@ class GatewayControl:
                 f"gateway {gateway_host}: the runtime API failed: {(result.stderr or result.stdout)[-300:]}",
                 "is haproxy running there? `systemctl status haproxy` on the gateway host",
             )
+        if result.stdout.strip() == NOT_SET_UP:
+            raise GatewayNotSetUp(f"gateway {gateway_host}: HAProxy is not set up there yet")
         return result.stdout
 
     def stats(self, gateway_host: str) -> dict[str, ServerStat]:
@@ -93,11 +100,18 @@ class GatewayControl:
         listed = set().union(*seen) if seen else set()
         return {ref for ref in listed if all(ref in s and s[ref].status.startswith("UP") for s in seen)}
 
-    def _wait(self, refs: list[str], done: Callable[[ServerStat], bool], limit_s: float) -> dict[str, Any]:
-        """Poll every gateway host until `done` holds for each of `refs` (a server it lacks counts done)."""
+    def _wait(
+        self,
+        refs: list[str],
+        done: Callable[[ServerStat], bool],
+        limit_s: float,
+        gateways: tuple[str, ...] | None = None,
+    ) -> dict[str, Any]:
+        """Poll `gateways` (every gateway host by default) until `done` holds for each of `refs` (a server
+        one lacks counts done)."""
         started = self.clock()
         while True:
-            seen = {gw: self.stats(gw) for gw in self.gateway.hosts}
+            seen = {gw: self.stats(gw) for gw in (self.gateway.hosts if gateways is None else gateways)}
             pending = {
                 f"{gw}:{ref}": stat[ref].to_json()
                 for gw, stat in seen.items()
@@ -109,24 +123,39 @@ class GatewayControl:
                 return {"waited_s": round(waited, 2), "pending": pending}
             self.sleep(POLL_S)
 
+    def _say(self, refs: list[str], state: str, skip: list[str]) -> dict[str, str]:
+        """Set `refs` to `state` on each gateway host not in `skip`: each one's answer; a host HAProxy is not
+        set up on yet is added to `skip` (it routes nothing)."""
+        answers = {}
+        for gw in self.gateway.hosts:
+            if gw in skip:
+                continue
+            try:
+                answers[gw] = self._run(gw, set_state(refs, state)).strip()
+            except GatewayNotSetUp:
+                skip.append(gw)
+        return answers
+
     def drain(self, host: str) -> None:
-        """A gateway that cannot be reached (not installed yet, down) does not stop the rollout: it serves
+        """A gateway that cannot be reached (not set up yet, down) does not stop the rollout: it serves
         nothing then; the failure is recorded in the host's events."""
         refs = self._refs(host)
         if not refs:
             return
         event: dict[str, Any] = {"host": host, "servers": refs}
         try:
-            answers = {gw: self._run(gw, set_state(refs, "drain")).strip() for gw in self.gateway.hosts}
+            not_set_up: list[str] = []
+            answers = self._say(refs, "drain", not_set_up)
             event["answers"] = {gw: answer for gw, answer in answers.items() if answer}
-            idle = self._wait(refs, lambda s: s.sessions == 0 and s.queued == 0, self.gateway.drain_timeout_s)
-            event.update({"event": "drained", **idle})
+            idle = self._wait(refs, _idle, self.gateway.drain_timeout_s, tuple(answers))
+            event.update({"event": "drained", **idle, **({"not_set_up": not_set_up} if not_set_up else {})})
         except VllmctlError as exc:
             event.update({"event": "drain failed", "error": exc.message})
         self.events.append({**event, "time": self.clock()})
 
     def ready(self, host: str) -> bool:
-        """Set ready and wait (bounded) for UP: True when every server came up (or the host has none)."""
+        """Set ready and wait (bounded) for UP: True when every server came up (or the host has none); a
+        gateway host HAProxy is not set up on yet is passed over (named in the event): it routes nothing."""
         refs = self._refs(host)
         if not refs:
             return True
@@ -134,15 +163,17 @@ class GatewayControl:
         try:
             limit = max(UP_WAIT_MIN_S, 10 * self.gateway.check_interval_s)
             started = self.clock()
+            not_set_up: list[str] = []
             while True:
                 # said again each round: a gateway whose config this run changed reloads, and the new
                 # HAProxy takes the server's saved state (drain, from before its host's restart) with it
-                for gw in self.gateway.hosts:
-                    self._run(gw, set_state(refs, "ready"))
+                routing = tuple(self._say(refs, "ready", not_set_up))
                 left = limit - (self.clock() - started)
-                waited = self._wait(refs, lambda s: s.status.startswith("UP"), min(left, READY_AGAIN_S))
+                waited = self._wait(refs, _up, min(left, READY_AGAIN_S), routing)
                 if not waited["pending"] or self.clock() - started >= limit:
                     break
+            if not_set_up:
+                event["not_set_up"] = not_set_up
             event.update({"event": "ready", **waited, "waited_s": round(self.clock() - started, 2)})
             return not event["pending"]
         except VllmctlError as exc:
@@ -158,6 +189,14 @@ class GatewayControl:
         for remote in self._remotes.values():
             remote.close()
         self._remotes.clear()
+
+
+def _idle(stat: ServerStat) -> bool:
+    return stat.sessions == 0 and stat.queued == 0
+
+
+def _up(stat: ServerStat) -> bool:
+    return stat.status.startswith("UP")
 
 
 def ssh_gateway(

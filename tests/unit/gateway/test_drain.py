@@ -7,15 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.gateway.config import Server
+from vllmctl.gateway.runtime import NOT_SET_UP, set_state
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.ops import Command
+from vllmctl.paths import HAPROXY_FILES_DIR
 from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.gateway import GatewayControl
+from vllmctl.runner.gateway import GatewayControl, GatewayNotSetUp
 from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
@@ -213,3 +216,66 @@ def test_an_unreachable_gateway_is_recorded_and_does_not_stop_the_rollout() -> N
     assert [e["event"] for e in guard.events] == ["drain failed", "ready failed"]
     assert "No such file" in guard.events[0]["error"]
     assert guard.ready("b") is False  # an unreachable gateway never reports the host back UP
+
+
+class NotSetUpGateway(FakeGateway):
+    """A gateway host whose HAProxy vllmctl has not set up yet: the runtime command prints its marker."""
+
+    def execute(self, action: Any, timeout: float) -> Result:
+        self.sent.append(action.render())
+        return Result(f"{NOT_SET_UP}\n", "", 0)
+
+
+def test_the_runtime_command_says_when_vllmctl_has_not_set_haproxy_up() -> None:
+    script = set_state(["tiny/a-8000"], "ready").render()
+    assert script.startswith(f"if [ -d {HAPROXY_FILES_DIR} ] && command -v socat >/dev/null; then ")
+    assert script.endswith(f"else echo {NOT_SET_UP}; fi")
+
+
+def test_ready_passes_over_a_gateway_host_not_set_up_yet_and_says_so() -> None:
+    """A first apply: the engine host's release passed before the gateway host installed HAProxy (it failed
+    with `socat: not found` before). The host counts as back; the gateway's config, once written, lists it."""
+    gateway = NotSetUpGateway([])
+    guard = control(gateway)
+    assert guard.ready("a")
+    (event,) = guard.events
+    assert (event["event"], event["not_set_up"], event["pending"]) == ("ready", ["gw"], {})
+    assert not any("show stat" in sent for sent in gateway.sent)  # nothing to wait for there
+    guard.drain("a")
+    assert guard.events[1]["event"] == "drained" and guard.events[1]["not_set_up"] == ["gw"]
+
+
+def test_ready_still_waits_for_up_on_the_gateway_hosts_that_are_set_up() -> None:
+    set_up = FakeGateway(
+        [stat_text("tiny,a-8000,0,0,0,2,,5,DOWN,2,L4CON"), stat_text("tiny,a-8000,0,0,0,2,,5,UP,2,L7OK")]
+    )
+    remotes = {"gw1": NotSetUpGateway([]), "gw2": set_up}
+    clock = [0.0]
+    spec = GatewaySpec(("gw1", "gw2"), {"tiny": 9100})
+    guard = GatewayControl(
+        spec,
+        SERVERS,
+        lambda name: remotes[name],  # type: ignore[arg-type,return-value]
+        clock=lambda: clock[0],
+        sleep=lambda s: clock.__setitem__(0, clock[0] + s),
+    )
+    assert guard.ready("a")
+    assert guard.events[0]["not_set_up"] == ["gw1"] and guard.events[0]["waited_s"] == 0.5
+    assert sum("show stat" in sent for sent in set_up.sent) == 2
+
+
+def test_a_gateway_host_whose_haproxy_is_down_still_fails_ready() -> None:
+    class Down(FakeGateway):
+        def execute(self, action: Any, timeout: float) -> Result:
+            return Result("", 'socat[1] E connect(5, AF=1 "/run/haproxy/admin.sock"): No such file', 1)
+
+    guard = control(Down([]))
+    assert not guard.ready("a")
+    assert guard.events[0]["event"] == "ready failed" and "runtime API failed" in guard.events[0]["error"]
+
+
+def test_who_serves_is_not_read_from_a_gateway_not_set_up() -> None:
+    """Its marker is no `show stat` with no server UP: the rollout asks the engines themselves instead."""
+    guard = control(NotSetUpGateway([]))
+    with pytest.raises(GatewayNotSetUp):
+        guard.up_refs()

@@ -17,8 +17,9 @@ def stat_text(*rows: str) -> str:
 def test_commands_go_to_the_admin_socket_in_one_session() -> None:
     command = set_state(["tiny/a-8000", "tiny/a-8001"], "drain")
     assert command.render() == (
-        "printf '%s\\n' 'set server tiny/a-8000 state drain; set server tiny/a-8001 state drain'"
-        " | socat -t 10 - UNIX-CONNECT:/run/haproxy/admin.sock"
+        "if [ -d /etc/haproxy/vllmctl ] && command -v socat >/dev/null; then"
+        " printf '%s\\n' 'set server tiny/a-8000 state drain; set server tiny/a-8001 state drain'"
+        " | socat -t 10 - UNIX-CONNECT:/run/haproxy/admin.sock; else echo @@vllmctl-gateway-not-set-up; fi"
     )
     assert "'show stat'" in SHOW_STAT.render()
 
