@@ -14,11 +14,13 @@ apt-get install -y -qq --no-install-recommends \
   debootstrap systemd-container openssh-client iproute2 dpkg-dev apt-utils ca-certificates >/dev/null
 python3 -m pip install -q -e '.[dev,lab,hub]'
 
-inventory=inventories/lab-demo.yml
-vllmctl lab list --json | python3 -c 'import json,sys; sys.exit(0 if any(f["name"]=="demo" for f in json.load(sys.stdin)) else 1)' \
-  || vllmctl lab up --name demo --hosts 2 --gpus 8xH100-80GB,2xL40S --inventory "$inventory"
+# DEMO_FLEET names the fleet (`make test` runs this script on a fleet of its own, made fresh)
+fleet=${DEMO_FLEET:-demo}
+inventory=inventories/lab-$fleet.yml
+vllmctl lab list --json | python3 -c 'import json,sys; sys.exit(0 if any(f["name"]==sys.argv[1] for f in json.load(sys.stdin)) else 1)' "$fleet" \
+  || vllmctl lab up --name "$fleet" --hosts 2 --gpus 8xH100-80GB,2xL40S --inventory "$inventory"
 
-vllmctl lab check --name demo
+vllmctl lab check --name "$fleet"
 # one endpoint for the model: an HAProxy gateway on the first host in front of both replicas (docs/gateway.md)
 gateway_url=$(python3 - "$inventory" <<'PY'
 import sys, yaml
@@ -42,4 +44,4 @@ vllmctl bench "$inventory" --concurrency 1,4 --requests 16
 echo
 echo "One endpoint for the model, through the gateway: $gateway_url (e.g. curl $gateway_url/models)"
 echo "The demo fleet is still up: try 'vllmctl history $inventory' or 'vllmctl status $inventory --watch'."
-echo "Tear it down with: make demo-down"
+echo "Tear it down with: make demo-down${DEMO_FLEET:+ DEMO_FLEET=$DEMO_FLEET}"
