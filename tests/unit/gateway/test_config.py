@@ -125,7 +125,8 @@ def test_prefix_routing_hashes_the_session_or_the_prompts_start_with_bounded_loa
         "http-request set-var(txn.affinity) req.body,json_query('$.messages[0].content'),bytes(0,64) "
         "if !{ var(txn.affinity) -m found }",
         "http-request set-var(txn.turn) req.body,json_query('$.messages[1].content'),bytes(0,64) "
-        "if !{ req.hdr(x-session-id) -m found }",
+        "if !{ req.hdr(x-session-id) -m found } { req.body,json_query('$.messages[0].role') -m str system "
+        "developer }",
         "http-request set-var(txn.affinity) var(txn.affinity),concat(,txn.turn,) "
         "if { var(txn.affinity) -m found } { var(txn.turn) -m found }",
         "http-request set-var(txn.affinity) req.body,json_query('$.prompt'),bytes(0,64) "
