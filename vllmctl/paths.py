@@ -45,6 +45,7 @@ HAPROXY_UNIT = "haproxy.service"
 KEEPALIVED_CONFIG = "/etc/keepalived/keepalived.conf"
 KEEPALIVED_CANDIDATE = "/etc/keepalived/keepalived.conf.vllmctl-candidate"  # `keepalived -t` checks it first
 KEEPALIVED_UNIT = "keepalived.service"
+KEEPALIVED_CHECK = "/etc/keepalived/vllmctl-haproxy-answers"  # the VIP's check: HAProxy answers
 MANAGED_DIRS = (ETC_DIR, LIB_DIR, STATE_DIR, RELEASES_DIR, LOG_DIR, OPT_DIR, VENVS_DIR)
 
 

@@ -6,7 +6,7 @@ gateway host and no longer is gets the VIP and then HAProxy taken off it."""
 from __future__ import annotations
 
 from vllmctl.gateway.config import TLS_PEM, key_files, render_config
-from vllmctl.gateway.keepalived import render_keepalived
+from vllmctl.gateway.keepalived import check_script, render_keepalived
 from vllmctl.inventory.model import ModelDeployment
 from vllmctl.tasks.desired import HostContext, OpCall, Params, api_key_secret
 
@@ -47,7 +47,7 @@ def _gateway(ctx: HostContext, params: Params) -> list[OpCall]:
     if gateway.vip is not None:
         # after HAProxy's config: the VIP comes to a host whose HAProxy already serves
         content = render_keepalived(ctx.inventory, ctx.host.name)
-        calls.append(OpCall("keepalived_config", {"content": content}))
+        calls.append(OpCall("keepalived_config", {"content": content, "check": check_script()}))
     else:  # a VIP removed from the inventory: keepalived must not go on holding the address
         calls.append(OpCall("keepalived_config", {"absent": True}))
     return calls

@@ -1,9 +1,9 @@
 """The gateway's virtual IP on real lab hosts: its own three-host fleet, the lab's vLLM stand-in on the first
 host, HAProxy and keepalived (Debian's packages) on the other two, the VIP an unused address of the lab
-subnet. A client streams completions through the VIP while the active gateway's HAProxy is stopped, and
-later while that host is powered off: the VIP moves to the other gateway host within FAILOVER_BOUND_S, and
-no request that started after the move fails (only those on the old path may). The fleet is always torn
-down."""
+subnet. A client streams completions through the VIP while the active gateway's HAProxy is stopped, then
+frozen (SIGSTOP: still `active` to systemd), and later while that host is powered off: the VIP moves to the
+other gateway host within its bound, and no request that started after the move fails (only those on the old
+path may). The fleet is always torn down."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ VIP_OCTET = 200  # lab hosts are .11, .12, ...: .200 is free in a three-host fle
 # adverts plus skew), 5.3 s for the first host to take it back (two good checks, then it preempts); this
 # test on the lab: 2.3 s, 2.9 s and 5.2 s
 FAILOVER_BOUND_S = 8.0
+# a frozen HAProxy: two checks that each run into their 2 s timeout, a second apart, then the takeover
+FROZEN_BOUND_S = 10.0
 RETURN_BOUND_S = 15.0
 
 
@@ -211,6 +213,32 @@ def test_the_vip_moves_when_haproxy_stops_and_comes_back_with_it(vip: Vip) -> No
         # a request on the old path when the VIP moved back hangs until its read timeout; the stream is
         # sequential, so wait for the requests after it rather than for a fixed time
         vip.wait_served(since=back_at, count=10, within_s=30)
+    assert vip.failed_after(back_at) == []
+
+
+def test_the_vip_moves_when_haproxy_is_frozen_and_comes_back_when_it_answers(vip: Vip) -> None:
+    """SIGSTOP: systemd still calls HAProxy active but it answers nothing; the check asks its admin socket."""
+    first, second = vip.gateways
+    assert vip.holds(first)
+    vip.requests.clear()
+    with Stream(vip):
+        time.sleep(3)
+        frozen = time.monotonic()
+        vip.sh(first, "sudo pkill -STOP -x haproxy")
+        try:
+            moved_s = vip.wait_holder(second, frozen, FROZEN_BOUND_S)
+            print(f"HAProxy frozen: the VIP moved in {moved_s:.2f} s")
+            moved_at = frozen + moved_s
+            # a request on the frozen path hangs until its read timeout: count those sent after the move
+            vip.wait_served(since=moved_at, count=20, within_s=40)
+            failed = vip.failed_after(moved_at)
+        finally:
+            vip.sh(first, "sudo pkill -CONT -x haproxy")
+        back_s = vip.wait_holder(first, time.monotonic(), RETURN_BOUND_S)
+        print(f"HAProxy answering again: the VIP returned in {back_s:.2f} s")
+        back_at = time.monotonic()
+        vip.wait_served(since=back_at, count=10, within_s=30)
+    assert failed == [], failed
     assert vip.failed_after(back_at) == []
 
 

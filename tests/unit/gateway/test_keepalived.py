@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import threading
+import time
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from vllmctl.errors import VllmctlError
-from vllmctl.gateway.keepalived import priority, render_keepalived
+from vllmctl.gateway.keepalived import CHECK_TIMEOUT_S, check_script, priority, render_keepalived
 from vllmctl.inventory.model import (
     DriverSpec,
     EngineSpec,
@@ -20,6 +26,7 @@ from vllmctl.inventory.model import (
     SshSettings,
     VipSpec,
 )
+from vllmctl.paths import HAPROXY_ADMIN_SOCKET
 from vllmctl.render.quoting import QuotingError, keepalived_word
 from vllmctl.runner.gateway_vip import holds_vip, vip_command, vip_line, vip_view
 
@@ -41,7 +48,7 @@ def test_the_first_gateway_host_has_the_highest_priority_then_each_next_one_less
         assert "    state BACKUP\n    interface eth0\n    virtual_router_id 51\n" in text
         assert "    advert_int 1\n" in text
         assert "        10.0.0.100/32 dev eth0\n" in text
-        assert 'script "/usr/bin/systemctl is-active --quiet haproxy.service"' in text
+        assert 'script "/etc/keepalived/vllmctl-haproxy-answers"\n    timeout 2\n' in text
         assert "    track_script {\n        chk_haproxy\n    }\n" in text
         assert "script_user root\n    enable_script_security\n" in text
 
@@ -110,3 +117,42 @@ def test_status_names_the_holder_and_says_when_there_is_not_exactly_one() -> Non
     outputs["gw3"] = DeadRemote("")
     view = vip_view(_inventory(), outputs.__getitem__, 5.0)  # type: ignore[arg-type]
     assert view["hosts"]["gw3"] == "error: ssh: connect to host 10.0.0.9 port 22: No route to host"
+
+
+def _check_against(tmp_path: Path, answer: bytes | None) -> tuple[int, float]:
+    """Runs the VIP's check script for real against a UNIX socket standing in for HAProxy's admin socket:
+    `answer` sent back to `show info`, or (None) a process that accepts and never reads, as a frozen one."""
+    tmp_path.mkdir(exist_ok=True)
+    socket_path = tmp_path / "admin.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(socket_path))
+    server.listen(4)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        held.append(conn)
+        if answer is not None:
+            conn.recv(100)
+            conn.sendall(answer)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    script = tmp_path / "check"
+    script.write_text(check_script().replace(HAPROXY_ADMIN_SOCKET, str(socket_path)))
+    started = time.monotonic()
+    result = subprocess.run(["sh", str(script)], capture_output=True, timeout=30)
+    elapsed = time.monotonic() - started
+    server.close()
+    return result.returncode, elapsed
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="needs socat (.ci/run installs it)")
+def test_the_vip_check_passes_only_while_haproxy_answers(tmp_path: Path) -> None:
+    code, _ = _check_against(tmp_path / "answers", b"Name: HAProxy\nVersion: 2.6.12\nPid: 42\n")
+    assert code == 0
+    code, elapsed = _check_against(tmp_path / "frozen", None)
+    assert code != 0 and elapsed < CHECK_TIMEOUT_S + 1  # keepalived's own timeout would count it failed too
+    code, _ = _check_against(tmp_path / "other", b"Unknown command\n")
+    assert code != 0
