@@ -22,7 +22,13 @@ PACKAGES_MARK = "@@packages"
 HOLDS_MARK = "@@holds"
 SMI_MARK = "@@smi"
 SMI_EXIT_MARK = "@@smi-exit"
-XID_LINES = 50  # the newest ones: a flapping GPU logs thousands
+# Every Xid since boot is judged, but a flapping GPU logs thousands of lines: the host sends one line per
+# (GPU, Xid), the newest (Xid 154 states the recovery the driver requires now), with how often it was logged.
+# POSIX awk: Debian's minimal images have mawk, not gawk.
+XID_SUMMARY = (
+    'awk \'{ k = $0; sub(/,.*/, "", k); sub(/.*NVRM: Xid /, "", k); n[k]++; last[k] = $0 } '
+    'END { for (k in n) printf "%d\\t%s\\n", n[k], last[k] }\''
+)
 
 GPU_HEALTH_COMMAND = (
     f"echo {NVSWITCH_MARK}; ls -1 /proc/driver/nvidia-nvswitch/devices 2>/dev/null; "
@@ -30,7 +36,7 @@ GPU_HEALTH_COMMAND = (
     f"echo {NOUVEAU_MARK}; if [ -d /sys/module/nouveau ]; then echo loaded; fi; "
     # kernel messages carry SYSLOG_IDENTIFIER=kernel in the journal; dmesg where there is no journald
     f"echo {XID_MARK}; {{ journalctl -b --no-pager -o cat -t kernel 2>/dev/null || dmesg 2>/dev/null; }} "
-    f"| grep -F 'NVRM: Xid' | tail -n {XID_LINES}; "
+    f"| grep -F 'NVRM: Xid' | {XID_SUMMARY}; "
     f"echo {PACKAGES_MARK}; dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' "
     "'nvidia-*' 'libnvidia-*' 2>/dev/null; "
     f"echo {HOLDS_MARK}; apt-mark showhold 2>/dev/null; "
@@ -141,10 +147,14 @@ def parse_smi_query(body: list[str], exit_code: int) -> dict[str, Any]:
 
 
 def parse_xid(line: str) -> dict[str, Any] | None:
-    match = _XID.search(line)
+    """One summary line (`COUNT<TAB>newest line`; a bare kernel line counts once)."""
+    count, tab, rest = line.partition("\t")
+    times = int(count) if tab and count.strip().isdigit() else 1
+    match = _XID.search(rest if tab and count.strip().isdigit() else line)
     if match is None:
         return None
-    return {"xid": int(match["xid"]), "pci": match["pci"], "text": (match["text"] or "").strip()}
+    text = (match["text"] or "").strip()
+    return {"xid": int(match["xid"]), "pci": match["pci"], "text": text, "count": times}
 
 
 def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
@@ -171,6 +181,7 @@ def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
     nvidia = re.compile(r"^(lib)?nvidia-")
     held = sorted(w.strip() for w in sections.get(HOLDS_MARK, []) if nvidia.match(w.strip()))
     xids = [x for x in (parse_xid(line) for line in sections.get(XID_MARK, [])) if x is not None]
+    xids.sort(key=lambda x: (x["pci"], x["xid"]))
     switches = sorted({w.strip() for w in sections.get(NVSWITCH_MARK, []) if w.strip()})
     return {
         "nvswitch": switches,

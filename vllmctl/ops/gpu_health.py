@@ -71,10 +71,12 @@ def _xid_findings(xids: Iterable[Mapping[str, Any]]) -> list[Finding]:
         if code not in RESET_XIDS and not reset_154:
             continue
         what = RESET_XIDS.get(code, "GPU recovery action changed")
+        times = int(xid.get("count", 1))
+        often = f", {times} times" if times > 1 else ""
         found.append(
             Finding(
                 "xid",
-                f"NVRM: Xid {code} ({what}) on PCI {xid.get('pci')} since boot: {text}".rstrip(": "),
+                f"NVRM: Xid {code} ({what}) on PCI {xid.get('pci')} since boot{often}: {text}".rstrip(": "),
                 "NVIDIA's Xid catalog asks for a GPU reset or reboot: drain the host, reboot it "
                 "(or `nvidia-smi -r -i <gpu>`), and replace the GPU if the Xid comes back",
             )

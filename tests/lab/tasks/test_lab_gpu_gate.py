@@ -1,9 +1,9 @@
 """The GPU health gate and Fabric Manager on real lab hosts (HGX profile, 8 H100 on NVSwitches).
 
-One host logged a reset-class Xid since boot, one has MIG on a GPU its model uses: both are refused before
-their engine starts, with the evidence, while the healthy third host gets Fabric Manager at its driver's exact
-version (its fabric turns Completed only then), deploys and serves, and `apply --check` afterwards is 0
-changed. A Fabric Manager a patch apart is replaced, never left running. The engine is the lab's vLLM
+One host logged a reset-class Xid since boot (then 60 application-class ones), one has MIG on a GPU its model
+uses: both are refused before their engine starts, with the evidence, while the healthy third host gets Fabric
+Manager at its driver's exact version (its fabric turns Completed only then), deploys and serves, and
+`apply --check` afterwards is 0 changed. A Fabric Manager a patch apart is replaced, never left running. The engine is the lab's vLLM
 stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ CLEAR_DRIVER = (
     "json.dump(d, open(p, 'w'))"
 )
 XID_79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=lab, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=$i, name=python3, Graphics SM Warp Exception on (GPC 0)"
 SET_MIG = (
     "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['gpus'][0]['mig_mode']='Enabled'; "
     "json.dump(d, open(p, 'w'))"
@@ -82,6 +83,8 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
         xid_host, mig_host, _ = fleet.hosts
         found = Gate(fleet, inventory, work)
         found.sh(xid_host, f"logger -t kernel '{XID_79}'")  # what the kernel logs, in this boot's journal
+        # the usual aftermath: 60 application-class Xids after it, more than the 50 lines once read
+        found.sh(xid_host, f'for i in $(seq 60); do logger -t kernel "{XID_13}"; done')
         found.sh(mig_host, f'sudo python3 -c "{SET_MIG}"')
         yield found
     finally:
@@ -101,7 +104,7 @@ def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: G
         ("Not Started", "Enabled")
     }
     assert fresh["xid"] == [] and fresh["smi"]["driver_version"] == "580.95.05"
-    assert [x["xid"] for x in facts[xid_host.name]["xid"]] == [79]
+    assert [(x["xid"], x["count"]) for x in facts[xid_host.name]["xid"]] == [(13, 60), (79, 1)]
     assert facts[mig_host.name]["smi"]["gpus"][0]["mig_mode"] == "Enabled"
     table = gate.vllmctl("facts", str(gate.inventory)).stdout
     assert "refused: fabric: GPU 0" in table and "Xid 79" in table and "mig: GPU 0" in table
