@@ -3,8 +3,8 @@
 One host logged a reset-class Xid since boot (then 60 application-class ones), one has MIG on a GPU its model
 uses: both are refused before their engine starts, with the evidence, while the healthy third host gets Fabric
 Manager at its driver's exact version (its fabric turns Completed only then), deploys and serves, and
-`apply --check` afterwards is 0 changed. A Fabric Manager a patch apart is replaced, never left running. The engine is the lab's vLLM
-stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
+`apply --check` afterwards is 0 changed. A Fabric Manager a patch apart is replaced, never left running. The
+engine is the lab's vLLM stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
 
 from __future__ import annotations
 
