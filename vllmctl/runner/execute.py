@@ -12,6 +12,7 @@ from typing import Any
 
 from vllmctl.errors import TransportError, VllmctlError
 from vllmctl.ops import Step
+from vllmctl.ops.reboot import RebootWhenStale
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.interrupt import STOP, Interrupted, reason
@@ -225,7 +226,7 @@ class HostRun:
             note = ""
             for action in step.actions:
                 outcome = self.remote.execute(action, self.timeout())
-                if outcome.ok and outcome.stdout.startswith(REBOOTED):  # engine.reboot_on_stale rebooted it
+                if isinstance(action, RebootWhenStale) and outcome.stdout.startswith(REBOOTED):
                     note = outcome.stdout.strip()
                     emit(self.ctx.host.name, phase, note.splitlines()[0])
                 if not outcome.ok:
