@@ -56,6 +56,7 @@ class EngineSpec:
     index_url: str | None = None  # never with user:password@ (validate refuses it)
     keep_venvs: int = 3
     index_credentials: str | None = None  # name of the secret holding the index's USER:PASSWORD
+    reboot_on_stale: bool = False  # a stopped engine's processes that outlive SIGKILL reboot the host
 
     @property
     def distribution(self) -> str:

@@ -80,6 +80,9 @@ class Step:
     noop: str | None = None
     change: FileChange | None = None
     warnings: tuple[str, ...] = ()  # what the plan refused to act on (data read back from the host)
+    # it stops, restarts or reboots what serves: the runner asks the rollout guard before it runs (and the
+    # gateway drains the host), whatever the phase; tests/unit/ops/test_engine_stops.py keeps ops honest
+    stops_engines: bool = False
 
     @property
     def changed(self) -> bool:

@@ -4,32 +4,21 @@ running driver is not the installed one (only with `driver.reboot: true`; otherw
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
 from vllmctl.ops.driver_flavor import choose_flavor
+from vllmctl.ops.reboot import REBOOT_WAIT_S, WaitForReboot, schedule_reboot
+from vllmctl.ops.service_start import wait_serving
 from vllmctl.render.quoting import shell_word
 
 DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
 # every package of a driver branch (NVIDIA's version-locking guide: lock each one; one unheld libnvidia-*
 # moved alone gives "NVML: Driver/library version mismatch"); Fabric Manager is fabric_manager's
 BRANCH_PACKAGE = re.compile(r"^(lib)?nvidia-(?!fabricmanager)")
-REBOOT_WAIT_S = 600.0
 # where the apt steps below are known to work: Ubuntu LTS releases (NVIDIA's CUDA repository and Ubuntu's own
 # nvidia-driver-<branch> packages) and Debian (its nvidia-driver packages; the lab)
 UBUNTU_RELEASES = ("22.04", "24.04")
-
-
-@dataclass(frozen=True)
-class WaitForReboot:
-    """Controller-side: wait until SSH answers again with a boot id other than `boot_id`."""
-
-    boot_id: str
-    timeout_s: float = REBOOT_WAIT_S
-
-    def render(self) -> str:
-        return f"wait for the host to come back over SSH (new boot, up to {self.timeout_s:g}s)"
 
 
 def package_for(branch: str, flavor: str = "") -> str:
@@ -57,6 +46,11 @@ def upstream_version(deb_version: str) -> str:
 
 def _facts(args: Args) -> FactRequests:
     return {"gpus": (), "driver_packages": (), "os_release": (), "gpu_health": ()}
+
+
+def _reboot_facts(args: Args) -> FactRequests:
+    """The driver's facts, and the units of the engines the host serves: those enabled start at boot."""
+    return {**_facts(args), **({"units": ()} if args.get("engines") else {})}
 
 
 def unsupported_os(release: Facts | None) -> OpError | None:
@@ -208,13 +202,21 @@ def _plan_reboot(args: Args, facts: Facts) -> Step:
             "vllmctl reboot it and wait for SSH",
         )
     boot_id = str((facts.get("driver_packages") or {}).get("boot_id") or "")
+    units: Facts = facts.get("units") or {}
+    # the engines whose units start at boot: the host is back once they serve again (the rollout puts it
+    # back in the gateway then, and only then lets the next host of their models go)
+    back = [
+        e for e in args.get("engines") or () if units.get(e["name"], {}).get("unit_file_state") == "enabled"
+    ]
     actions: tuple[Any, ...] = (
-        # scheduled a moment later so the command returns before sshd goes down
-        run("systemd-run", "--on-active=2", "--timer-property=AccuracySec=100ms", "systemctl", "reboot"),
+        schedule_reboot(),
         WaitForReboot(boot_id, float(args.get("wait_s", REBOOT_WAIT_S))),
+        *wait_serving(back),
     )
-    return Step("driver_reboot", "host", actions)
+    return Step("driver_reboot", "host", actions, stops_engines=True)
 
 
 NVIDIA_DRIVER = Operation("nvidia_driver", _facts, _plan_driver, {"flavor": None})
-DRIVER_REBOOT = Operation("driver_reboot", _facts, _plan_reboot, {"reboot": False, "flavor": None})
+DRIVER_REBOOT = Operation(
+    "driver_reboot", _reboot_facts, _plan_reboot, {"reboot": False, "flavor": None, "engines": ()}
+)

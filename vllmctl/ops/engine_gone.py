@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllmctl.ops.base import Action, Upload, make_dirs, run
+from vllmctl.ops.base import Action, Command, Upload, make_dirs, run
+from vllmctl.ops.reboot import RebootWhenStale
 from vllmctl.paths import CGROUP_ROOTS, ENGINE_GONE_HELPER
 
 # `systemctl stop` has already waited TimeoutStopSec and sent SIGKILL: what is left after this is stuck
@@ -162,3 +163,12 @@ def wait_gone(units: Sequence[str], deadline_s: float = STALE_WAIT_S) -> tuple[A
         Upload(ENGINE_GONE_HELPER, SCRIPT, "0755"),
         run("python3", ENGINE_GONE_HELPER, f"{deadline_s:g}", *units),
     )
+
+
+def gone_or_reboot(
+    units: Sequence[str], deadline_s: float = STALE_WAIT_S
+) -> tuple[Action | RebootWhenStale, ...]:
+    """`wait_gone`, but stuck processes reboot the host instead of failing it (engine.reboot_on_stale)."""
+    *helper, check = wait_gone(units, deadline_s)
+    assert isinstance(check, Command)
+    return (*helper, RebootWhenStale(check, EXIT_STALE))

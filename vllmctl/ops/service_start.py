@@ -3,8 +3,11 @@ listing the model, up to a deadline; on failure print the last journal lines. Re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from vllmctl.bench.readiness import MAX_WAIT_S
 from vllmctl.ops.base import (
+    Action,
     Args,
     FactRequests,
     Facts,
@@ -102,13 +105,25 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     record = facts["paths"].get(healthy_path(unit), {"type": "absent"})
     if record.get("sha256") == sha256_text(applied) and not starts(unit, applied, facts):
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
-    base = http_url("127.0.0.1", int(args["port"]))
-    deadline = f"{float(args['deadline_s']):g}"
-    model, env_file = str(args["model"]), str(args["env_file"])
-    poll = run("python3", WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
-    helper = (make_dirs(WAIT_HEALTHY_HELPER.rsplit("/", 1)[0]), Upload(WAIT_HEALTHY_HELPER, POLL, "0755"))
     record = Upload(healthy_path(unit), applied, secret=True)  # a digest of the env file: never shown
-    return Step("service_health", unit, (*helper, poll, record))
+    return Step("service_health", unit, (*wait_serving([args]), record))
+
+
+def wait_serving(engines: Sequence[Args]) -> tuple[Action, ...]:
+    """The helper uploaded, then polled for each engine ({name, port, model, env_file, deadline_s}) until it
+    answers /health and lists its model; none when there is no engine to wait for."""
+    if not engines:
+        return ()
+    helper = (make_dirs(WAIT_HEALTHY_HELPER.rsplit("/", 1)[0]), Upload(WAIT_HEALTHY_HELPER, POLL, "0755"))
+    polls = []
+    for engine in engines:
+        base = http_url("127.0.0.1", int(engine["port"]))
+        deadline = f"{float(engine['deadline_s']):g}"
+        unit, model, env_file = str(engine["name"]), str(engine["model"]), str(engine["env_file"])
+        polls.append(
+            run("python3", WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
+        )
+    return (*helper, *polls)
 
 
 SERVICE_HEALTH = Operation("service_health", _facts, _plan_health, {"running": True, "deadline_s": 300.0})

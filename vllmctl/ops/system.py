@@ -3,8 +3,10 @@ and a Python venv."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, Upload, noop, run
-from vllmctl.ops.engine_gone import wait_gone
+from vllmctl.ops.engine_gone import gone_or_reboot, wait_gone
 from vllmctl.paths import HOME_DIR, STATE_DIR
 from vllmctl.render.quoting import confined_path, path_component
 
@@ -61,7 +63,7 @@ def _plan_service(args: Args, facts: Facts) -> Step:
     active = unit.get("active_state") == "active"
     enabled = unit.get("unit_file_state") == "enabled"
     recorded = facts["applied"].get(name)
-    actions: list[Command | Upload] = []
+    actions: list[Any] = []  # commands, uploads and (engine.reboot_on_stale) a reboot when stale
     reasons: list[str] = []
     if args["enabled"] and not enabled:
         actions.append(run("systemctl", "enable", name))
@@ -73,7 +75,7 @@ def _plan_service(args: Args, facts: Facts) -> Step:
             # memory; a plain restart would start the new engine beside it)
             if active:
                 actions.append(run("systemctl", "stop", name))
-            actions += wait_gone((name,))
+            actions += gone_or_reboot((name,)) if args["reboot_on_stale"] else wait_gone((name,))
             actions.append(run("systemctl", "start", name))
             # the record digests the env file: shown, even a short digest lets a short API key be guessed
             actions.append(Upload(applied_path(name), str(args["applied"]), secret=True))
@@ -84,7 +86,12 @@ def _plan_service(args: Args, facts: Facts) -> Step:
             actions.append(run("rm", "-f", applied_path(name)))
         reasons.append(str(args.get("why_stopped") or "kept stopped"))
     if actions:
-        return Step("service", name, tuple(actions))
+        # a start counts too: the rollout is asked before a replica goes from not serving to loading
+        moves = any(
+            isinstance(a, Command) and a.argv[:1] == ("systemctl",) and a.argv[1:2] in (("stop",), ("start",))
+            for a in actions
+        )
+        return Step("service", name, tuple(actions), stops_engines=moves)
     state = "running with its applied unit and release" if args["running"] else "; ".join(reasons)
     return noop("service", name, f"{name} {state}")
 
@@ -117,6 +124,9 @@ SERVICE_USER = Operation(
     "service_user", _user_facts, _plan_service_user, {"home": HOME_DIR, "shell": NOLOGIN}
 )
 SERVICE = Operation(
-    "service", _service_facts, _plan_service, {"enabled": True, "running": True, "applied": ""}
+    "service",
+    _service_facts,
+    _plan_service,
+    {"enabled": True, "running": True, "applied": "", "reboot_on_stale": False},
 )
 PYTHON_VENV = Operation("python_venv", _venv_facts, _plan_python_venv)

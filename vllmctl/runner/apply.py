@@ -219,7 +219,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     inventory = load_inventory(args.inventory, LocalFiles())  # validate's checks, the controller's too
     playbook = load_playbook(args.playbook)
     if args.health_timeout is not None:
-        playbook = with_task_params(playbook, "health_check", {"deadline_s": args.health_timeout})
+        for task in ("health_check", "driver_reboot"):  # the wait for engines after a reboot too
+            playbook = with_task_params(playbook, task, {"deadline_s": args.health_timeout})
     hosts = select_hosts(inventory, args.limit)
     gpus, resources = gathered_gpus(inventory, hosts, ui)
     archs, arch_failures = load_model_archs(inventory, online=not args.offline)  # once: hub fetches are slow

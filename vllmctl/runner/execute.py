@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.errors import TransportError, VllmctlError
-from vllmctl.ops import Command, Step
+from vllmctl.ops import Step
+from vllmctl.ops.reboot import RebootWhenStale
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.interrupt import STOP, Interrupted, reason
 from vllmctl.runner.plan import merge_requests, phase_calls, plan_calls, unified_diff
+from vllmctl.runner.reboot import REBOOTED
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import HostResult, StepResult
 from vllmctl.runner.rollout import EngineGuard
@@ -146,14 +148,10 @@ class HostRun:
         emit(self.ctx.host.name, "done", self.result.status)
         return self.result
 
-    def _take_out(self, phase: str, step: Step) -> None:
-        """Before the first step that stops or restarts an engine: the rollout's leave (and the gateway's
-        drain), or HeldBack naming the release the host keeps serving."""
-        stops = any(
-            isinstance(a, Command) and a.argv[:1] == ("systemctl",) and a.argv[1:2] in (("stop",), ("start",))
-            for a in step.actions
-        )
-        if self.opts.guard is None or self.out or phase != GATED_PHASE or step.op != "service" or not stops:
+    def _take_out(self, step: Step) -> None:
+        """Before the first step that stops, restarts or reboots what serves (its op says so, whatever the
+        phase): the rollout's leave (and the gateway's drain), or HeldBack naming what the host keeps."""
+        if self.opts.guard is None or self.out or not step.stops_engines:
             return
         refusal = self.opts.guard.take_out(self.ctx.host.name)
         if refusal:
@@ -224,9 +222,13 @@ class HostRun:
                 continue
             self._stop_if_asked(f"{step.op} {step.target}")
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
-            self._take_out(phase, step)
+            self._take_out(step)
+            note = ""
             for action in step.actions:
                 outcome = self.remote.execute(action, self.timeout())
+                if isinstance(action, RebootWhenStale) and outcome.stdout.startswith(REBOOTED):
+                    note = outcome.stdout.strip()
+                    emit(self.ctx.host.name, phase, note.splitlines()[0])
                 if not outcome.ok:
                     reason = "timed out" if outcome.timed_out else f"exit {outcome.exited}"
                     error = f"{action.render()}: {reason}"
@@ -236,7 +238,7 @@ class HostRun:
                     if step.warnings:  # a check step's findings, each with its fix (the GPU health gate)
                         self.result.hint = "\n".join(step.warnings)
                     return changed
-            self.result.steps.append(StepResult(phase, step, "changed", diff=diff))
+            self.result.steps.append(StepResult(phase, step, "changed", diff=diff, note=note))
         return changed
 
     def _diff(self, step: Step) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from vllmctl.errors import TransportError, VllmctlError
+from vllmctl.errors import VllmctlError
 from vllmctl.facts.lock_owner import Controller, is_stale
 from vllmctl.facts.script import build_script, one_write, parse_sections, section, split_sections
 from vllmctl.facts.witness import (
@@ -25,18 +25,20 @@ from vllmctl.facts.witness import (
     witnessed_paths,
 )
 from vllmctl.ops import Action, Command, Upload
-from vllmctl.ops.driver import WaitForReboot
 from vllmctl.ops.model_stage import PushFile
+from vllmctl.ops.reboot import RebootWhenStale, WaitForReboot
 from vllmctl.paths import AUDIT_LOG, LOCK_DIR
 from vllmctl.render.quoting import shell_word
 from vllmctl.runner.audit import pid_alive, this_controller
 from vllmctl.runner.fact_cache import FactCache, Snapshot, requests_json
+from vllmctl.runner.reboot import reboot_when_stale, wait_for_reboot
 from vllmctl.transport import Result, SshTransport
 
 LOCKED_MARK = "@@vllmctl-locked"
 LOCKED_EXIT = 75
 
 Requests = Mapping[str, tuple[str, ...]]
+StepAction = Action | PushFile | WaitForReboot | RebootWhenStale  # what a step may hold
 
 
 class HostLockedError(VllmctlError):
@@ -67,7 +69,7 @@ class Remote(Protocol):
         witness reads the same."""
         ...
 
-    def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result: ...
+    def execute(self, action: StepAction, timeout: float) -> Result: ...
 
     def read_file(self, path: str, timeout: float) -> str | None: ...
 
@@ -246,7 +248,7 @@ class SshRemote:
             raise replace(result, host=self.name).error("gathering facts")
         return result
 
-    def execute(self, action: Action | PushFile | WaitForReboot, timeout: float) -> Result:
+    def execute(self, action: StepAction, timeout: float) -> Result:
         if isinstance(action, PushFile):
             return self.transport.put_file(
                 action.source,
@@ -259,7 +261,9 @@ class SshRemote:
                 root=action.root,
             )
         if isinstance(action, WaitForReboot):
-            return self._wait_for_reboot(action.boot_id, min(timeout, action.timeout_s))
+            return wait_for_reboot(self.transport, action.boot_id, min(timeout, action.timeout_s))
+        if isinstance(action, RebootWhenStale):
+            return reboot_when_stale(self.transport, action, timeout)
         if isinstance(action, Upload):
             return self.transport.put(
                 action.content.encode(), action.path, action.mode, action.owner, action.group, timeout=timeout
@@ -267,24 +271,6 @@ class SshRemote:
         assert isinstance(action, Command)
         stdin = action.stdin or None
         return self.transport.run(action.render(), sudo=action.sudo, timeout=timeout, stdin=stdin)
-
-    def _wait_for_reboot(self, old_boot_id: str, timeout: float) -> Result:
-        """The host is going down: reconnect until it answers with another boot id, or time out."""
-        deadline = time.monotonic() + timeout
-        self.transport.close()
-        time.sleep(3)
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                seen = self.transport.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=10)
-                if seen.ok and seen.stdout.strip() and seen.stdout.strip() != old_boot_id:
-                    return Result(f"back with boot id {seen.stdout.strip()}\n", "", 0)
-                last = "still the old boot"
-            except TransportError as exc:
-                last = exc.message
-            self.transport.close()
-            time.sleep(2)
-        return Result("", f"{self.name} did not come back within {timeout:g}s: {last}", 124, True)
 
     def read_file(self, path: str, timeout: float) -> str | None:
         result = self.transport.run(["cat", "--", path], sudo=True, timeout=timeout)

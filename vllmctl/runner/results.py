@@ -19,6 +19,7 @@ class StepResult:
     error: str = ""
     stderr_tail: str = ""
     diff: str = ""
+    note: str = ""  # what a step that passed did beyond its commands (a reboot for stuck processes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,6 +33,7 @@ class StepResult:
             "stderr_tail": self.stderr_tail or None,
             "diff": self.diff or None,
             "warnings": list(self.step.warnings) or None,
+            **({"note": self.note} if self.note else {}),
         }
 
 

@@ -235,6 +235,7 @@ def _model_services(ctx: HostContext, params: Params) -> list[OpCall]:
                 "running": start,
                 "applied": applied_hash(ctx, model, replica),
                 "why_stopped": "not started: the playbook says start: false",
+                "reboot_on_stale": ctx.engine(model).reboot_on_stale,
             }
             calls.append(OpCall("service", args))
     return calls

@@ -65,7 +65,10 @@ def _driver_install(ctx: HostContext, params: Params) -> list[OpCall]:
 
 
 def _driver_reboot(ctx: HostContext, params: Params) -> list[OpCall]:
-    return [OpCall("driver_reboot", {**_driver_args(ctx), "reboot": ctx.host.driver.reboot})]
+    """After a reboot the host's engines (those whose units start at boot) are waited for until they serve."""
+    engines = [{k: v for k, v in call.args.items() if k != "applied"} for call in _health_check(ctx, params)]
+    args = {**_driver_args(ctx), "reboot": ctx.host.driver.reboot, "engines": engines}
+    return [OpCall("driver_reboot", args)]
 
 
 def _nouveau_blacklist(ctx: HostContext, params: Params) -> list[OpCall]:

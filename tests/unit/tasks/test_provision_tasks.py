@@ -229,3 +229,23 @@ def test_dcgm_tasks_follow_the_driver_settings() -> None:
     ctx = Ctx(Inventory("t.yml", {"h1": host}, {}, {"m": ModelDeployment("m", "/m", ("h1",))}), host)
     assert PROVISION_TASKS["dcgm_exporter"](ctx, {})[0].args["exporter"] is True
     assert PROVISION_TASKS["dcgm_diag"](ctx, {})[0].args["diag"] is True
+
+
+def test_a_driver_reboot_waits_for_each_engine_of_the_host_within_the_health_deadline() -> None:
+    models = {"m": ModelDeployment("m", "/m", ("h1",))}
+    ctx = _ctx(EngineSpec(), models, local_files={"/m": []})
+    (health,) = PROVISION_TASKS["health_check"](ctx, {"deadline_s": 900.0})
+    (reboot,) = PROVISION_TASKS["driver_reboot"](ctx, {"deadline_s": 900.0})
+    wanted = {k: v for k, v in health.args.items() if k != "applied"}
+    assert reboot.args["engines"] == [wanted] and wanted["deadline_s"] == 900.0
+    assert wanted["name"] == "vllmctl-m-0.service" and wanted["env_file"] == "/etc/vllmctl/m.env"
+    assert PROVISION_TASKS["driver_reboot"](_ctx(EngineSpec(), {}), {})[0].args["engines"] == []
+
+
+def test_engine_reboot_on_stale_reaches_the_service_step_of_its_engines() -> None:
+    from vllmctl.tasks import TASKS
+
+    models = {"m": ModelDeployment("m", "/m", ("h1",))}
+    for asked in (False, True):
+        (service,) = TASKS["model_services"](_ctx(EngineSpec(reboot_on_stale=asked), models), {})
+        assert service.op == "service" and service.args["reboot_on_stale"] is asked
