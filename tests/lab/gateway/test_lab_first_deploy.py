@@ -111,14 +111,18 @@ def test_a_first_deploy_whose_gateway_host_is_set_up_last_passes_at_once(
     for sender in senders:
         sender.start()
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "XDG_STATE_HOME": str(tmp_path / "state")}
+    # the held package install is one command on the gateway host: it waits as long as the engine hosts take
     argv = [sys.executable, "-m", "vllmctl", "apply", str(inventory), "--json", "--health-timeout", "900"]
+    argv += ["--timeout", str(HOLD_S + 300)]
     applying = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         # the gateway host's install goes on only once both engine hosts' releases have passed their gate
         deadline = time.monotonic() + HOLD_S
         current = f"test -L {RELEASES_DIR}/current"
         while not all(lab.ssh(h, current).returncode == 0 for h in engines):
-            assert applying.poll() is None, applying.communicate()
+            if applying.poll() is not None:
+                out, err = applying.communicate()
+                pytest.fail(f"apply ended before the race: {err[-5000:]}")
             assert time.monotonic() < deadline, "the engine hosts' releases never passed"
             time.sleep(2)
         bare = lab.ssh(own, "command -v socat || echo none").stdout.strip()
