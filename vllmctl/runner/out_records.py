@@ -9,12 +9,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vllmctl.errors import VllmctlError
 from vllmctl.facts.lock_owner import is_stale
+from vllmctl.inventory.model import Inventory
 from vllmctl.ops import Command
 from vllmctl.paths import AUDIT_LOG, OUT_DIR, OUT_LOCK, out_record
-from vllmctl.releases.out_of_service import OutRecord, listing, parse_records
+from vllmctl.releases.out_of_service import OutRecord, drain_holders, listing, parse_records
 from vllmctl.render.quoting import shell_word
 from vllmctl.runner.audit import pid_alive, this_controller
 from vllmctl.runner.remote import Remote
@@ -145,3 +147,32 @@ class OutRecords:
         for remote in self._remotes.values():
             remote.close()
         self._remotes.clear()
+
+
+def ssh_connect(inventory: Inventory) -> Callable[[str], Remote]:
+    from vllmctl.runner.remote import SshRemote  # the edge: only a run that reads records connects
+    from vllmctl.transport import SshTransport
+
+    def connect(name: str) -> Remote:
+        return SshRemote(SshTransport(inventory.hosts[name]))
+
+    return connect
+
+
+def with_holders(inventory: Inventory, view: dict[str, dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """`view` (runner/gateway.gateway_view's) with each drained server's `holder`: the run that holds it
+    out, or none (its run died, or a person drained it)."""
+    spec = inventory.gateway
+    if spec is None or not view:
+        return view
+    records = OutRecords("", {m: spec.hosts[0] for m in spec.ports}, ssh_connect(inventory), timeout_s)
+    try:
+        found = records.read(spec.ports)
+    finally:
+        records.close()
+    for seen in view.values():
+        servers = seen.get("servers", {})
+        statuses = {ref: str(stat["status"]) for ref, stat in servers.items()}
+        for ref, holder in drain_holders(statuses, found, records.stale).items():
+            servers[ref]["holder"] = {**holder.to_json(), "said": holder.describe()}
+    return view

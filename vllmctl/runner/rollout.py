@@ -15,7 +15,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
 from vllmctl.runner.gateway import GatewayControl
-from vllmctl.runner.out_records import OutRecords
+from vllmctl.runner.out_records import OutRecords, ssh_connect
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
 from vllmctl.transport.tunnel import base_url
@@ -269,12 +269,6 @@ def rollout_guard(
 
 
 def ssh_out_records(inventory: Inventory, replicas: list[ServingReplica], owner: str) -> OutRecords:
-    from vllmctl.runner.remote import Remote, SshRemote  # the edge: a run that changes hosts connects
-    from vllmctl.transport import SshTransport
-
-    def connect(name: str) -> Remote:
-        return SshRemote(SshTransport(inventory.hosts[name]))
-
     spec = inventory.gateway
     keeper = keepers(replicas, spec.hosts if spec else (), spec.ports if spec else {})
-    return OutRecords(owner, keeper, connect)
+    return OutRecords(owner, keeper, ssh_connect(inventory))
