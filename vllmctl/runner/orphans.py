@@ -25,10 +25,12 @@ def heal_orphans(guard: RolloutGuard) -> list[dict[str, Any]]:
             report.append({**entry, "event": "left", "reason": why})
             continue
         audit = {"by": records.owner, "event": "put back a server a dead run left out of service", **entry}
-        healed = records.remove([record], audit)
-        report.append(
-            {**entry, "event": "healed" if healed else "left", "reason": "" if healed else "record"}
-        )
+        if records.remove([record], audit):
+            report.append({**entry, "event": "healed"})
+        else:
+            report.append(
+                {**entry, "event": "left", "reason": "put back, but its record could not be removed"}
+            )
     return report
 
 
@@ -51,10 +53,5 @@ def heal_lines(report: list[dict[str, Any]]) -> list[str]:
         said = (
             f"{entry['model']}/{entry['server']}: left out of service by a run that died ({entry['owner']})"
         )
-        if entry["event"] == "healed":
-            lines.append(f"{said}: put back")
-        elif entry["reason"] == "record":
-            lines.append(f"{said}: put back, but its record could not be removed")
-        else:
-            lines.append(f"{said}: {entry['reason']}")
+        lines.append(f"{said}: {'put back' if entry['event'] == 'healed' else entry['reason']}")
     return lines
