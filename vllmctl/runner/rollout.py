@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllmctl.errors import VllmctlError
+from vllmctl.facts.lock_owner import parse_owner
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
@@ -263,7 +264,7 @@ def rollout_guard(
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
     guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)
-    if owner:
+    if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
         guard.records = ssh_out_records(inventory, replicas, owner)
     return guard
 

@@ -22,7 +22,7 @@ from vllmctl.runner.audit import this_controller
 from vllmctl.runner.gateway import GatewayControl
 from vllmctl.runner.orphans import heal_lines, heal_orphans
 from vllmctl.runner.out_records import OutRecords
-from vllmctl.runner.rollout import RolloutGuard
+from vllmctl.runner.rollout import RolloutGuard, rollout_guard
 from vllmctl.transport import Result
 
 HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status\n"
@@ -155,3 +155,41 @@ def test_a_dead_runs_drain_waits_for_its_engine_and_a_live_runs_is_not_touched(t
     assert "does not serve yet" in report[0]["reason"]
     assert gw.states == {"a": "DRAIN", "b": "DRAIN"}
     assert recorded(keeper) == {"a-8000": DEAD, "b-8000": OTHER}
+
+
+class StuckGateway(StatGateway):
+    """A gateway whose server never comes UP after `set state ready` (its checks fail)."""
+
+    def execute(self, action: Any, timeout: float) -> Result:
+        text = action.render()
+        if "state ready" in text:
+            self.sent.append(text)
+            text = "show stat"
+        return super().execute(Command(shell=text), timeout)
+
+
+def test_put_back_removes_the_record_once_ready_and_keeps_it_when_the_server_did_not_come_up(
+    tmp_path: Path,
+) -> None:
+    keeper = Keeper(tmp_path, "gw")
+    ok = guard(keeper, ME, StatGateway(a="UP", b="UP"))
+    assert ok.take_out("a") == "" and recorded(keeper) == {"a-8000": ME}
+    assert ok.put_back("a", "") == "" and recorded(keeper) == {}
+
+    stuck = StuckGateway(a="UP", b="UP")
+    kept = guard(keeper, ME, stuck)
+    ticks = iter(range(0, 10_000, 5))
+    assert kept.gateway is not None
+    kept.gateway.clock = lambda: float(next(ticks))
+    assert kept.take_out("a") == ""
+    assert kept.put_back("a", "").startswith("a: its release passed, but the gateway did not see it UP")
+    assert recorded(keeper) == {"a-8000": ME}  # once this run is gone, the next one puts it back
+
+
+def test_only_an_owner_line_a_later_run_can_judge_keeps_records() -> None:
+    from executor_builders import inventory, model
+
+    inv = inventory(["a", "b"], {"tiny": model("tiny", ("a", "b"), port=8000)})
+    assert rollout_guard(inv, {}, 2, MaxFail(), None, owner="vllmctl").records is None
+    found = rollout_guard(inv, {}, 2, MaxFail(), None, owner=ME).records
+    assert found is not None and found.owner == ME and found.keeper == {"tiny": "a"}
