@@ -96,9 +96,8 @@ class ApplyOutcome:
     groups: list[GroupRun]
     gateway_gate: dict[str, Any] | None = None  # the gateway's verdict after a rollout changed hosts
     staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
-    healed: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # servers a dead run left out (runner/orphans.py)
+    # the servers a dead run left out of service, put back before this run began (runner/orphans.py)
+    healed: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
