@@ -21,6 +21,10 @@ ADAPTERS_DIR = f"{LIB_DIR}/adapters"  # links to staged hub LoRA adapters, one f
 WHEELHOUSE_DIR = f"{LIB_DIR}/wheelhouse"
 RAY_DIR = f"{LIB_DIR}/ray"  # Ray's --temp-dir: sessions, sockets and logs
 LOCK_DIR = f"{LIB_DIR}/lock"  # the host lock: an atomic mkdir
+# a run's record of each replica it holds out of service (its owner line), on the model's keeper host:
+# OUT_DIR/<model>/<host>-<port>; OUT_LOCK serializes the compare-and-set that claims replicas
+OUT_DIR = f"{LIB_DIR}/out"
+OUT_LOCK = f"{OUT_DIR}/.lock"
 AUDIT_LOG = f"{LOG_DIR}/audit.log"
 VENVS_DIR = f"{OPT_DIR}/venvs"  # one venv per engine version
 UNIT_DIR = "/etc/systemd/system"
@@ -64,6 +68,11 @@ def env_path(model: str) -> str:
 
 def unit_path(unit: str) -> str:
     return f"{UNIT_DIR}/{unit}"
+
+
+def out_record(model: str, server: str) -> str:
+    """Who holds `server` (`HOST-PORT`) of `model` out of service: one run's owner line."""
+    return f"{OUT_DIR}/{model}/{server}"
 
 
 def state_record(name: str) -> str:

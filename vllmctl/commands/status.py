@@ -22,8 +22,10 @@ from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway import gateway_view
 from vllmctl.runner.gateway_vip import ssh_vip_view, vip_line
 from vllmctl.runner.gpu_gate import gate_view
+from vllmctl.runner.out_records import with_holders
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
+    drain_lines,
     findings,
     gate_lines,
     gateway_table,
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
                 statuses = status_flow.watch(gather, _show_round(args, ui, live), args.every)
     else:
         statuses = status_flow.gather(inv, hosts, plan, args.model, args.interval, args.timeout)
-        gateway = gateway_view(inv, args.timeout)
+        gateway = with_holders(inv, gateway_view(inv, args.timeout), args.timeout)
         now = datetime.now(UTC)
         vip = ssh_vip_view(inv, args.timeout)
         gpu_gate = gate_view(inv, hosts, args.timeout)
@@ -103,6 +105,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
             ui.table(status_table(statuses))
             if gateway:
                 ui.table(gateway_table(gateway))
+            for line in drain_lines(gateway):
+                ui.warn(line)
             for line in lock_lines(statuses, now):
                 ui.warn(line)
             if vip:

@@ -45,6 +45,7 @@ from vllmctl.runner.fleet import (
     ssh_remote,
 )
 from vllmctl.runner.gateway import fleet_servers, gateway_plans, gateway_secrets, ssh_gateway
+from vllmctl.runner.orphans import heal_lines, heal_orphans
 from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
@@ -95,6 +96,8 @@ class ApplyOutcome:
     groups: list[GroupRun]
     gateway_gate: dict[str, Any] | None = None  # the gateway's verdict after a rollout changed hosts
     staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
+    # the servers a dead run left out of service, put back before this run began (runner/orphans.py)
+    healed: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -113,6 +116,7 @@ class ApplyOutcome:
             "groups": groups,
             "gateway_gate": self.gateway_gate,
             "staging": staging,
+            "healed": self.healed,
         }
 
 
@@ -246,12 +250,19 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         playbook, contexts, inventory.staging, args.check, args.forks, ui.info, args.offline
     )
     guard: RolloutGuard | None = None
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    owner = lock_owner(started)
+    healed: list[dict[str, Any]] = []
     if not args.check:
         gateway = ssh_gateway(inventory, fleet_servers(inventory, backends), args.timeout)
         known = {**backends, **plans}
         wait = args.wait_available
-        guard = rollout_guard(inventory, known, len(hosts), args.max_fail, gateway, wait, api_keys=keys)
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+        guard = rollout_guard(
+            inventory, known, len(hosts), args.max_fail, gateway, wait, api_keys=keys, owner=owner
+        )
+        healed = heal_orphans(guard)
+        for line in heal_lines(healed):
+            ui.warn(line)
     opts = RunOptions(
         forks=args.forks,
         batch_size=args.batch_size,
@@ -261,7 +272,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         check=args.check,
         diff=args.diff,
         break_lock=args.break_lock,
-        lock_owner=lock_owner(started),
+        lock_owner=owner,
         after_host=None
         if args.check or args.no_gate or not gates(playbook)
         else release_hook(args, inventory, started, keys),
@@ -308,4 +319,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups, verdict, staged.found)
+    return ApplyOutcome(result, groups, verdict, staged.found, healed)

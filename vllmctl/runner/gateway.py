@@ -156,7 +156,10 @@ class GatewayControl:
     def ready(self, host: str) -> bool:
         """Set ready and wait (bounded) for UP: True when every server came up (or the host has none); a
         gateway host HAProxy is not set up on yet is passed over (named in the event): it routes nothing."""
-        refs = self._refs(host)
+        return self.ready_servers(host, self._refs(host))
+
+    def ready_servers(self, host: str, refs: list[str]) -> bool:
+        """`ready` for these servers of `host` only."""
         if not refs:
             return True
         event: dict[str, Any] = {"host": host, "servers": refs}

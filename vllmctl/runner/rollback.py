@@ -21,6 +21,7 @@ from vllmctl.runner.gateway import fleet_servers, ssh_gateway
 from vllmctl.runner.group_nodes import Connect, ssh_node
 from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
 from vllmctl.runner.history import RemoteFor, survey
+from vllmctl.runner.orphans import heal_lines, heal_orphans
 from vllmctl.runner.release import GateOptions, activate, audit_line, read_releases
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.rollout import (
@@ -174,8 +175,11 @@ def rollback(
     if guard is None:
         gateway = ssh_gateway(inv, fleet_servers(inv, {}), opts.command_timeout_s, discover=True)
         guard = rollout_guard(
-            inv, {}, len(contexts), opts.max_fail, gateway, opts.wait_available, opts.probe, opts.api_keys
-        )
+            inv, {}, len(contexts), opts.max_fail, gateway, opts.wait_available, opts.probe, opts.api_keys,
+            opts.owner,
+        )  # fmt: skip
+        for line in heal_lines(heal_orphans(guard)):
+            log(line)
     try:
         hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
     finally:

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllmctl.errors import VllmctlError
+from vllmctl.facts.lock_owner import parse_owner
 from vllmctl.inventory.model import Inventory
+from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
 from vllmctl.runner.gateway import GatewayControl
+from vllmctl.runner.out_records import OutRecords, ssh_connect
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
 from vllmctl.transport.tunnel import base_url
@@ -101,7 +104,9 @@ class RolloutGuard:
     poll_s: float = POLL_S
     clock: Callable[[], float] = time.monotonic
     events: list[dict[str, Any]] = field(default_factory=list)
+    records: OutRecords | None = None  # other runs' out-of-service records; None: this process only
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    _seen: dict[str, list[OutRecord]] = field(default_factory=dict)  # host -> records its last decision read
 
     @property
     def stopped(self) -> str:
@@ -135,8 +140,9 @@ class RolloutGuard:
             while True:
                 if self.ledger.stopped:
                     return self._held(host, self.ledger.stopped)
-                decision = may_take_out(host, models, self.replicas, self.serving(models), self.ledger.out)
-                if decision.verdict == "go":
+                out = self._out(host)
+                decision = may_take_out(host, models, self.replicas, self.serving(models), out)
+                if decision.verdict == "go" and self._claim(host):
                     self.ledger.out.add(host)
                     break
                 if self.clock() >= deadline:
@@ -156,7 +162,8 @@ class RolloutGuard:
         """Readied in the gateway and waited for UP before the host counts as back: until then no other host
         of its models is taken out."""
         lost = ""
-        if self.gateway is not None and not self.gateway.ready(host) and not failure:
+        readied = self.gateway is None or self.gateway.ready(host)
+        if not readied and not failure and self.gateway is not None:
             lost = f"{host}: its release passed, but the gateway did not see it UP in time"
             said = self.gateway.host_events(host)[-1:]
             pending = said[0].get("pending") if said else None
@@ -168,6 +175,8 @@ class RolloutGuard:
                 lost += f" ({'; '.join(shown)})"
             elif said and said[0].get("error"):
                 lost += f" ({said[0]['error']})"
+        if readied:  # else kept: once this run is gone, the next one puts the server back (heal)
+            self._release(host)
         with self._cond:
             if failure or lost:
                 self.ledger.fail(host, failure or lost)
@@ -180,9 +189,35 @@ class RolloutGuard:
     def host_events(self, host: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["host"] == host]
 
+    def _out(self, host: str) -> set[str]:
+        """Hosts out of service: this run's, and those whose replicas of `host`'s models another live run
+        holds (the records read are kept for `_claim`)."""
+        if self.records is None:
+            return self.ledger.out
+        mine = {r.model for r in self.replicas if r.host == host}
+        self._seen[host] = self.records.read(mine)
+        foreign = sort_records(self._seen[host], self.records.owner, self.records.stale).foreign
+        return self.ledger.out | held_hosts(foreign, mine)
+
+    def _claim(self, host: str) -> bool:
+        """Records `host`'s replicas as this run's, unless another run changed the records since `_out`."""
+        if self.records is None:
+            return True
+        mine = {r.model for r in self.replicas if r.host == host}
+        return self.records.claim(
+            claims(host, mine, self.replicas, self.records.owner), self._seen.get(host, [])
+        )
+
+    def _release(self, host: str) -> None:
+        if self.records is not None:
+            mine = {r.model for r in self.replicas if r.host == host}
+            self.records.remove(claims(host, mine, self.replicas, self.records.owner))
+
     def close(self) -> None:
         if self.gateway is not None:
             self.gateway.close()
+        if self.records is not None:
+            self.records.close()
 
 
 def serving_replicas(
@@ -218,12 +253,23 @@ def rollout_guard(
     wait_s: float = DEFAULT_WAIT_S,
     probe: Probe | None = None,
     api_keys: Mapping[str, str] | None = None,
+    owner: str = "",
 ) -> RolloutGuard:
-    """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`."""
+    """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`; with `owner`
+    (the run's lock owner line) it keeps out-of-service records other runs read (runner/out_records.py)."""
     known = inventory.hosts
     probe = probe or health_probe(
         api_keys or {}, lambda r: base_url(known[r.host], r.port) if r.port else r.url
     )
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
-    return RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)
+    guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)
+    if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
+        guard.records = ssh_out_records(inventory, replicas, owner)
+    return guard
+
+
+def ssh_out_records(inventory: Inventory, replicas: list[ServingReplica], owner: str) -> OutRecords:
+    spec = inventory.gateway
+    keeper = keepers(replicas, spec.hosts if spec else (), spec.ports if spec else {})
+    return OutRecords(owner, keeper, ssh_connect(inventory))

@@ -265,5 +265,19 @@ def gateway_table(view: dict[str, dict[str, Any]]) -> Table:
             model, _, server = ref.partition("/")
             style = None if str(stat["status"]).startswith("UP") else "yellow"
             row = (str(stat["sessions"]), str(stat["queued"]), str(stat["check"]))
-            table.add_row(gateway, model, server, str(stat["status"]), *row, style=style)
+            state = str(stat["status"])
+            holder = stat.get("holder")
+            if holder:  # a drained server: by a live run, or by nobody who will put it back
+                state += " (no run holds it)" if holder["orphan"] else " (held by a run)"
+            table.add_row(gateway, model, server, state, *row, style=style)
     return table
+
+
+def drain_lines(view: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per drained server: who holds it out, or that no run does (runner/out_records.py)."""
+    return [
+        f"gateway {gateway}: {ref} is {stat['status']}: {stat['holder']['said']}"
+        for gateway, found in view.items()
+        for ref, stat in found.get("servers", {}).items()
+        if "holder" in stat
+    ]
