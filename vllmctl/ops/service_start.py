@@ -103,9 +103,10 @@ def _plan_health(args: Args, facts: Facts) -> Step:
     if record.get("sha256") == sha256_text(applied) and not starts(unit, applied, facts):
         return noop("service_health", unit, f"{unit} answered /health and /v1/models with this release")
     base = http_url("127.0.0.1", int(args["port"]))
-    deadline = f"{float(args['deadline_s']):g}"
+    wait_s = float(args["deadline_s"])
     model, env_file = str(args["model"]), str(args["env_file"])
-    poll = run("python3", WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
+    argv = (WAIT_HEALTHY_HELPER, base, model, f"{wait_s:g}", unit, env_file, str(JOURNAL_LINES))
+    poll = run("python3", *argv, wait_s=wait_s)
     helper = (make_dirs(WAIT_HEALTHY_HELPER.rsplit("/", 1)[0]), Upload(WAIT_HEALTHY_HELPER, POLL, "0755"))
     record = Upload(healthy_path(unit), applied, secret=True)  # a digest of the env file: never shown
     return Step("service_health", unit, (*helper, poll, record))
