@@ -1,8 +1,8 @@
 """Rollouts on real engine start times, on the shared deployment behind the gateway with a client streaming
-through it: a release whose first engine takes over 300 s to serve (a systemd drop-in holds each engine's
-start until a moment in time) rolls both hosts in one apply, the second host waiting for the first past
---wait-available's 300 s and the first's health wait past --timeout; a SIGTERM while a host waits for its
-turn leaves that host's engine untouched for the rest of the run."""
+through it: a release whose first engine takes over 300 s to serve (a drop-in's variable holds each engine's
+Python at start-up, before vLLM loads, until a moment in time) rolls both hosts in one apply, the second
+waiting for the first past --wait-available's 300 s and the first's health wait running past --timeout; a
+SIGTERM while a host waits for its turn leaves that host's engine untouched for the rest of the run."""
 
 from __future__ import annotations
 
@@ -20,12 +20,22 @@ from typing import Any
 import pytest
 from gateway_lab import MODEL, Gateway, Stream
 
+from vllmctl.paths import VENVS_DIR
+
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 UNIT = f"vllmctl-{MODEL}-0.service"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}"
-HOLD = "/usr/local/sbin/lab-hold-start"
 DROP_IN = f"/etc/systemd/system/{UNIT}.d/lab-hold-start.conf"
+# Run by the engine venv's Python at start-up (site.py executes a .pth line that starts with `import`): only a
+# process whose environment names the moment waits, so vllmctl's own calls of that Python are not held. An
+# ExecStartPre would hold `systemctl start` itself, which is not what a slow engine does.
+HOOK = "lab_hold_start.pth"
+HOOK_LINE = (
+    'import os, time; time.sleep(max(0.0, float(os.environ.get("LAB_HOLD_UNTIL") or 0) - time.time()))\n'
+)
+SITES = f"{VENVS_DIR}/*/lib/python3*/site-packages"
+UNHOLD = f"rm -f {DROP_IN} {SITES}/{HOOK}; systemctl daemon-reload"
 HELD_S = 330  # from just before the apply: the first engine to restart serves over 300 s after its start
 WAIT_AVAILABLE_S = 300  # --wait-available's default, left as it is
 TIMEOUT_S = 240  # --timeout: below the first host's health wait, which must not be cut by it
@@ -41,7 +51,7 @@ def gateway(deployment: Any) -> Iterator[Gateway]:
         yield found
     finally:
         for host in deployment.engine_hosts:
-            found.root(host, f"rm -f {DROP_IN} {HOLD}; systemctl daemon-reload")
+            found.root(host, UNHOLD)
         # the deployment's own inventory: its engine flags again, and no HAProxy on the gateway host (#31)
         code, _, output = deployment.apply(deployment.state_dir / "deploy.yml")
         assert code == 0, output[-4000:]
@@ -126,11 +136,11 @@ def test_an_engine_that_takes_over_300_s_to_serve_rolls_every_host_in_one_apply(
     hosts = {h.name: h for h in deployment.engine_hosts}
     gateway.wait_status("UP", 2, within_s=600)
     until = int(time.time()) + HELD_S
-    hold = '#!/bin/sh\nleft=$(( $1 - $(date +%s) ))\n[ "$left" -gt 0 ] && exec sleep "$left"\nexit 0\n'
-    drop_in = f"[Service]\nExecStartPre={HOLD} {until}\n"
+    hook = f"for site in {SITES}; do printf '%s' '{HOOK_LINE}' > \"$site/{HOOK}\"; done"
+    drop_in = f"[Service]\nEnvironment=LAB_HOLD_UNTIL={until}\n"
     for host in hosts.values():  # whichever host goes first waits for the moment; the second starts at once
-        gateway.root(host, f"printf %s '{hold}' > {HOLD} && chmod 0755 {HOLD}")
-        gateway.root(host, f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && printf %s '{drop_in}' > {DROP_IN}")
+        gateway.root(host, hook)
+        gateway.root(host, f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && printf '{drop_in}' > {DROP_IN}")
         gateway.root(host, "systemctl daemon-reload")
     gateway.failures.clear()
     gateway.served = 0
@@ -141,7 +151,7 @@ def test_an_engine_that_takes_over_300_s_to_serve_rolls_every_host_in_one_apply(
             time.sleep(2)
     finally:
         for host in hosts.values():
-            gateway.root(host, f"rm -f {DROP_IN} {HOLD}; systemctl daemon-reload")
+            gateway.root(host, UNHOLD)
     assert code == 0, output[-6000:]
     assert gateway.failures == [], gateway.failures[:5]
     assert gateway.served > 50
