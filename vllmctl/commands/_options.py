@@ -77,5 +77,6 @@ def add_rollout(parser: argparse.ArgumentParser) -> None:
         default=300.0,
         metavar="S",
         help="seconds a host waits for its models to keep min_available serving replicas elsewhere before "
-        "it is left as it was (default 300)",
+        "it is left as it was (default 300); a replica this run is restarting is waited for as long as its "
+        "own restart, health wait and gate take, and these seconds count from when it is back",
     )

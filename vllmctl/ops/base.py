@@ -33,6 +33,9 @@ class Command:
     sudo: bool = True
     # secret input the command reads itself (a mirror's credentials): never part of what is shown or run
     stdin: bytes = field(default=b"", repr=False)
+    # a wait by design with its own deadline (the health wait): the runner gives it that long plus a margin
+    # rather than --timeout, which is sized for one ordinary command and would cut it silently
+    wait_s: float | None = None
 
     def render(self) -> str:
         return self.shell or shell_join(self.argv)
@@ -96,8 +99,8 @@ def noop(op: str, target: str, reason: str) -> Step:
     return Step(op=op, target=target, noop=reason)
 
 
-def run(*argv: str, sudo: bool = True) -> Command:
-    return Command(argv=tuple(argv), sudo=sudo)
+def run(*argv: str, sudo: bool = True, wait_s: float | None = None) -> Command:
+    return Command(argv=tuple(argv), sudo=sudo, wait_s=wait_s)
 
 
 def make_dirs(*paths: str) -> Command:

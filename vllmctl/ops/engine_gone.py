@@ -161,7 +161,7 @@ def wait_gone(units: Sequence[str], deadline_s: float = STALE_WAIT_S) -> tuple[A
     return (
         make_dirs(helper_dir),
         Upload(ENGINE_GONE_HELPER, SCRIPT, "0755"),
-        run("python3", ENGINE_GONE_HELPER, f"{deadline_s:g}", *units),
+        run("python3", ENGINE_GONE_HELPER, f"{deadline_s:g}", *units, wait_s=deadline_s),
     )
 
 

@@ -120,9 +120,8 @@ def wait_serving(engines: Sequence[Args]) -> tuple[Action, ...]:
         base = http_url("127.0.0.1", int(engine["port"]))
         deadline = f"{float(engine['deadline_s']):g}"
         unit, model, env_file = str(engine["name"]), str(engine["model"]), str(engine["env_file"])
-        polls.append(
-            run("python3", WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
-        )
+        argv = (WAIT_HEALTHY_HELPER, base, model, deadline, unit, env_file, str(JOURNAL_LINES))
+        polls.append(run("python3", *argv, wait_s=float(engine["deadline_s"])))
     return (*helper, *polls)
 
 

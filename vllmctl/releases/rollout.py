@@ -1,6 +1,6 @@
 """The rollout policy, pure: when a run that restarts engines may take a host out of service (each model it
-serves keeps `min_available` serving replicas elsewhere, and no other host of that model is out), and when
-the rollout stops (more failed hosts than `--max-fail` allows)."""
+serves keeps `min_available` serving replicas elsewhere, and no other host of that model is out), what its
+wait follows, and when the rollout stops (more failed hosts than `--max-fail` allows)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,9 @@ class Decision:
     verdict: Verdict
     reason: str = ""
     notes: tuple[str, ...] = ()  # said in the report when the host goes (a model with no spare replica)
+    # a wait only for hosts this run holds out of service: each is bounded by its own deadlines (its health
+    # wait, its gate, --host-timeout) and comes back or fails, so the wait follows them, not a fixed bound
+    peers_out: tuple[str, ...] = ()
 
 
 def may_take_out(
@@ -75,8 +78,12 @@ def may_take_out(
     broken replica being fixed). A model served only by this host has no spare: its restart is allowed and
     noted. Otherwise no other host of the model may be out (one serving host at a time, so a failure is
     counted before the next one is touched), and the other hosts' serving replicas must number at least
-    `min_available`. A model whose `min_available` is 0 asks for nothing: its hosts may all go at once."""
+    `min_available`. A model whose `min_available` is 0 asks for nothing: its hosts may all go at once.
+
+    A wait names `peers_out` only when every model that keeps the host waiting waits for hosts in `out`
+    (they progress); a model short of serving replicas with none of its hosts out is waited for first."""
     notes: list[str] = []
+    busy_models: list[tuple[str, list[str]]] = []
     for model, wanted in sorted(min_available.items()):
         if wanted <= 0:
             continue
@@ -89,8 +96,8 @@ def may_take_out(
             continue
         busy = sorted({r.host for r in others if r.host in out})
         if busy:
-            why = f"{model}: {', '.join(busy)} is out of service; one of its hosts at a time"
-            return Decision("wait", why)
+            busy_models.append((model, busy))
+            continue
         left = 0
         for replica in others:  # `serving` may ask each engine: stop asking once enough serve
             left += replica.ref in serving
@@ -103,6 +110,11 @@ def may_take_out(
                 f"{model} would be left with {left} serving replica(s) (min_available {wanted}); "
                 f"not serving: {', '.join(down)}",
             )
+    if busy_models:
+        said = (f"{m}: {', '.join(h)} is out of service; one of its hosts at a time" for m, h in busy_models)
+        why = "; ".join(said)
+        peers = tuple(sorted({h for _, hosts in busy_models for h in hosts}))
+        return Decision("wait", why, peers_out=peers)
     return Decision("go", notes=tuple(notes))
 
 

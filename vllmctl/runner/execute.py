@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.errors import TransportError, VllmctlError
-from vllmctl.ops import Step
-from vllmctl.ops.reboot import RebootWhenStale
+from vllmctl.ops import Command, Step
+from vllmctl.ops.reboot import RebootWhenStale, WaitForReboot
 from vllmctl.render.quoting import redact_text
 from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.interrupt import STOP, Interrupted, reason
@@ -28,6 +28,7 @@ AfterHost = Callable[[HostContext, Remote, Callable[[], None], str], dict[str, A
 AfterHeld = Callable[[HostContext, Remote], str]  # a held-back host: restore what it serves, say what
 
 TAIL = 1500
+WAIT_MARGIN_S = 30.0  # a wait ends on its own deadline: this covers its last probe, its report and SSH
 GATED_PHASE = "services"  # a failure here (the service did not come up) is rolled back by the gate
 
 
@@ -87,14 +88,28 @@ class HostRun:
         self.out = False  # taken out of service by the rollout guard; put back in `finally`
         self.released = False  # the gate ran, or the services phase failed: a failure here is the release's
 
-    def timeout(self) -> float:
+    def timeout(self, action: object = None) -> float:
+        return self.limit(action)[0]
+
+    def limit(self, action: object = None) -> tuple[float, str]:
+        """Seconds `action` may run, and which limit that is: a wait with its own deadline (the health
+        wait) gets it plus a margin, any other command --timeout; never past the host's deadline."""
         left = self.deadline - self.clock()
         if left <= 0:
             raise VllmctlError(
                 f"{self.ctx.host.name}: host deadline of {self.opts.host_timeout_s:g}s exceeded",
                 "raise --host-timeout or look at what is slow on the host",
             )
-        return min(self.opts.command_timeout_s, left)
+        wait = action.wait_s if isinstance(action, Command) else None
+        if isinstance(action, (WaitForReboot, RebootWhenStale)):  # a reboot's own deadline, not --timeout
+            wait = action.timeout_s
+        if wait is not None:
+            limit, which = wait + WAIT_MARGIN_S, f"its own {wait:g} s wait + {WAIT_MARGIN_S:g} s"
+        else:
+            limit, which = self.opts.command_timeout_s, f"--timeout {self.opts.command_timeout_s:g}"
+        if left < limit:
+            return left, f"the host's --host-timeout {self.opts.host_timeout_s:g}"
+        return limit, which
 
     def run(self, emit: Event) -> HostResult:
         """A no-op run takes no lock and writes nothing; a changing run locks, then plans from facts read
@@ -148,17 +163,19 @@ class HostRun:
         emit(self.ctx.host.name, "done", self.result.status)
         return self.result
 
-    def _take_out(self, step: Step) -> None:
+    def _take_out(self, phase: str, step: Step, emit: Event) -> None:
         """Before the first step that stops, restarts or reboots what serves (its op says so, whatever the
         phase): the rollout's leave (and the gateway's drain), or HeldBack naming what the host keeps."""
         if self.opts.guard is None or self.out or not step.stops_engines:
             return
-        refusal = self.opts.guard.take_out(self.ctx.host.name)
+        name = self.ctx.host.name
+        refusal = self.opts.guard.take_out(name, lambda why: emit(name, phase, f"waiting its turn: {why}"))
         if refusal:
             after = self.opts.after_held
             left = after(self.ctx, self.remote) if after is not None else "the engines it runs"
             raise HeldBack(f"{refusal}; left on {left}", "apply again once it can go")
         self.out = True
+        self._stop_if_asked(f"{step.op} {step.target}")  # a signal during its last wait: put back unstopped
 
     def _put_back(self) -> None:
         """Tell the rollout how the host's release ended: a failed one counts against --max-fail whether
@@ -206,8 +223,12 @@ class HostRun:
             self.result.hint = "\n".join(release.get("reasons", [])) or "see `vllmctl history`"
 
     def _fail(self, status: str, exc: VllmctlError) -> None:
+        """A failure after an earlier one (the rollback after a health wait that ran out) keeps the first
+        in front: it is the cause."""
+        earlier = self.result.error if self.result.status != "ok" else ""
         self.result.status = "unreachable" if status == "unreachable" else "failed"
-        self.result.error, self.result.hint = exc.message, exc.hint
+        self.result.error = f"{earlier}; then {exc.message}" if earlier else exc.message
+        self.result.hint = exc.hint
 
     def _run_steps(self, phase: str, steps: Sequence[Step], emit: Event) -> bool:
         changed = False
@@ -222,15 +243,17 @@ class HostRun:
                 continue
             self._stop_if_asked(f"{step.op} {step.target}")
             emit(self.ctx.host.name, phase, f"{step.op} {step.target}")
-            self._take_out(step)
+            self._take_out(phase, step, emit)
             note = ""
             for action in step.actions:
-                outcome = self.remote.execute(action, self.timeout())
+                limit, which = self.limit(action)
+                outcome = self.remote.execute(action, limit)
                 if isinstance(action, RebootWhenStale) and outcome.stdout.startswith(REBOOTED):
                     note = outcome.stdout.strip()
                     emit(self.ctx.host.name, phase, note.splitlines()[0])
                 if not outcome.ok:
-                    reason = "timed out" if outcome.timed_out else f"exit {outcome.exited}"
+                    timed_out = f"timed out after {limit:.0f} s ({which})"
+                    reason = timed_out if outcome.timed_out else f"exit {outcome.exited}"
                     error = f"{action.render()}: {reason}"
                     tail = _tail(outcome.stderr or outcome.stdout)
                     self.result.steps.append(StepResult(phase, step, "failed", error, tail, diff))

@@ -16,6 +16,7 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
 from vllmctl.runner.gateway import GatewayControl
+from vllmctl.runner.interrupt import STOP, reason
 from vllmctl.runner.out_records import OutRecords, ssh_connect
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
@@ -26,14 +27,16 @@ PROBE_TIMEOUT_S = 3.0
 DEFAULT_WAIT_S = 300.0
 
 Probe = Callable[[ServingReplica], bool]  # does it answer /health and list its model?
+Waiting = Callable[[str], None]  # why a host waits for its turn, said when that changes
 
 
 class EngineGuard(Protocol):
     """What a run calls around stopping a host's engines."""
 
-    def take_out(self, host: str) -> str:
+    def take_out(self, host: str, waiting: Waiting | None = None) -> str:
         """Block until `host` may stop its engines (then it is out of service, drained from the gateway):
-        "" then, or why it must not (the rollout stopped, or a model would lose its last replicas)."""
+        "" then, or why it must not (the run was interrupted, the rollout stopped, or a model would lose its
+        last replicas). `waiting` is told why the host waits, each time that changes."""
         ...
 
     def put_back(self, host: str, failure: str) -> str:
@@ -93,7 +96,12 @@ class Serving(Container[str]):
 @dataclass
 class RolloutGuard:
     """The rollout's ledger behind one lock: hosts out of service, failures, the wait for replicas to serve;
-    `events` records each host taken out, held back or put back, for the JSON report."""
+    `events` records each host taken out, held back or put back, for the JSON report.
+
+    A host waiting for a peer this run holds out of service waits as long as that peer is out: the peer
+    is bounded by its own deadlines (health wait, gate, --host-timeout), which can be far longer than
+    `wait_s` for a big model. `wait_s` (--wait-available) bounds only a wait for replicas that nothing in
+    this run is bringing back, counted from the moment the last such peer came back."""
 
     replicas: list[ServingReplica]
     min_available: dict[str, int]  # model -> replicas that must keep serving
@@ -105,6 +113,7 @@ class RolloutGuard:
     clock: Callable[[], float] = time.monotonic
     events: list[dict[str, Any]] = field(default_factory=list)
     records: OutRecords | None = None  # other runs' out-of-service records; None: this process only
+    stop: threading.Event = STOP  # the run's stop (a signal): a waiting host refuses its turn at once
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _seen: dict[str, list[OutRecord]] = field(default_factory=dict)  # host -> records its last decision read
 
@@ -133,11 +142,14 @@ class RolloutGuard:
                 up = None  # not installed yet, or down: the engines themselves say who serves
         return Serving(wanted, up, behind, self.probe)
 
-    def take_out(self, host: str) -> str:
+    def take_out(self, host: str, waiting: Waiting | None = None) -> str:
         models = {r.model: self.min_available.get(r.model, 1) for r in self.replicas if r.host == host}
         deadline = self.clock() + self.wait_s
+        said = ""
         with self._cond:
             while True:
+                if self.stop.is_set():  # its engines must not restart later in this run
+                    return self._held(host, f"{reason()} while it waited for its turn")
                 if self.ledger.stopped:
                     return self._held(host, self.ledger.stopped)
                 out = self._out(host)
@@ -145,9 +157,14 @@ class RolloutGuard:
                 if decision.verdict == "go" and self._claim(host):
                     self.ledger.out.add(host)
                     break
-                if self.clock() >= deadline:
+                if decision.peers_out:  # they progress: --wait-available counts from when they are back
+                    deadline = self.clock() + self.wait_s
+                elif self.clock() >= deadline:
                     why = f"held back after waiting {self.wait_s:g} s: {decision.reason}"
                     return self._held(host, why)
+                if waiting is not None and decision.reason != said:
+                    said = decision.reason
+                    waiting(said)
                 self._cond.wait(self.poll_s)
         self.events.append({"host": host, "event": "out", "notes": list(decision.notes), "time": time.time()})
         if self.gateway is not None:
@@ -254,6 +271,7 @@ def rollout_guard(
     probe: Probe | None = None,
     api_keys: Mapping[str, str] | None = None,
     owner: str = "",
+    stop: threading.Event = STOP,
 ) -> RolloutGuard:
     """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`; with `owner`
     (the run's lock owner line) it keeps out-of-service records other runs read (runner/out_records.py)."""
@@ -263,7 +281,7 @@ def rollout_guard(
     )
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
-    guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s)
+    guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s, stop=stop)
     if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
         guard.records = ssh_out_records(inventory, replicas, owner)
     return guard

@@ -168,7 +168,7 @@ class Recorder:
 
     stopped = ""
 
-    def take_out(self, host: str) -> str:
+    def take_out(self, host: str, waiting: Any = None) -> str:
         self.log.append(f"drain {host} after {len(self.hosts[host].executed)} commands")
         return ""
 
