@@ -76,7 +76,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LabFleet, 
     work = tmp_path_factory.mktemp("first-deploy")
     model_dir = Path(f"/var/tmp/vllmctl-first-{os.getpid()}/tiny")
     try:
-        found = start_fleet(name, 3, work / "lab.yml", gpus="1xH100-80GB,1xH100-80GB,none")
+        found = start_fleet(name, 3, work / "lab.yml", gpus="1xH100-80GB")
         shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
         yield found, model_dir
     finally:
