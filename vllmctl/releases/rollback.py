@@ -104,18 +104,15 @@ def choose(
 def _choose_host(host: str, state: HostReleases, units: HostUnits, to: str | None, back: bool) -> HostChoice:
     current = state.get(state.current)
     if not state.releases and not any(name.endswith(".service") for name in units.files):
-        return HostChoice(
-            host, "none", None, None, "no release and no engine unit here: nothing to roll back"
-        )
+        return HostChoice(host, "none", None, None, "no release and no engine unit here")
     try:
         if to is None and back and current is not None and current.status == "good":
             target = rollback_target(state, host, current.id)  # still there, with its venv
             assert target.manifest is not None
             why = units_changed(target.manifest, units) or not_running(target.manifest, units)
             if why:
-                return HostChoice(
-                    host, "activate", state.current, target, f"back to its current release: {why}"
-                )
+                back_to = f"back to its current release {target.id}: {why}"
+                return HostChoice(host, "activate", state.current, target, back_to)
             return HostChoice(
                 host, "stay", state.current, target, f"already on its current release {target.id}"
             )

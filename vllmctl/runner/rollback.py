@@ -166,7 +166,7 @@ def _check_stays(
         verdict = check_serving(remote, ctx, choice.target.manifest, gate, bench=False)
     finally:
         remote.close()
-    seconds, reasons = gate.clock() - started, verdict.reasons or (f"{choice.why}: it serves",)
+    seconds, reasons = gate.clock() - started, verdict.reasons or (f"{choice.why}, serving",)
     host, release = ctx.host.name, choice.target.id
     return HostRollback(host, verdict.passed, release, release, seconds, reasons, verdict.figures, noop=True)
 
