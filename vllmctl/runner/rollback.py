@@ -268,7 +268,7 @@ def _plan(
     problems.extend(unread.values())
     problems.extend(c.why for c in choices.values() if c.action == "refuse")
     rows = [(host, c.current or "-", c.shown) for host, c in choices.items()]
-    actions = {host: c.action for host, c in choices.items()}
+    actions: dict[str, str] = {host: c.action for host, c in choices.items()}
     groups = {
         group.group: group_plan(inv, group, opts.to, opts.command_timeout_s, opts.connect, problems)
         for group in selection.groups
