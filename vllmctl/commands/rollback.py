@@ -1,5 +1,6 @@
 """`vllmctl rollback INVENTORY [--to ID]`: re-activate the previous (or named) known-good release on each
-selected host, and each selected multi-node group as one (runner/rollback.py); without --yes, the plan."""
+selected host (after an interrupted apply, each host's current one), and each selected multi-node group as
+one (runner/rollback.py); without --yes, the plan."""
 
 from __future__ import annotations
 
