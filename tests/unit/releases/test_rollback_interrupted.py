@@ -1,7 +1,7 @@
 """`vllmctl rollback` after an apply interrupted between a host's restart and its gate, end to end through
 the command on two temp-dir hosts (real release steps in bash, stand-in systemctl and health): every host
-returns to its `current` release, one already there is left alone; a host that cannot roll back is refused
-alone. Plus the pure choice (releases/rollback.py) as cases."""
+returns to its `current` release, one already there is left alone (never drained); a host that cannot roll
+back is refused alone. The pure choice's cases: test_rollback_choice.py."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from vllmctl.commands import rollback
 from vllmctl.console import Ui
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.ops.release import activate_release, create_release, record_verdict
-from vllmctl.releases.host import HostReleases, Manifest, Release
-from vllmctl.releases.rollback import HostUnits, choose, not_running, unit_digest, units_changed
+from vllmctl.releases.host import Manifest
 from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner.release import read_releases
+from vllmctl.runner.rollback import RollbackOptions
+from vllmctl.runner.rollback import rollback as rollback_flow
 
 UNIT = "vllmctl-m-0.service"
 ADDRESSES = {"gpu1": "10.0.0.1", "gpu2": "10.0.0.2"}
@@ -230,74 +231,39 @@ def test_a_host_with_no_release_and_no_engine_unit_has_nothing_to_roll_back(
     assert "--max-num-seqs 8" in unit_text(hosts["gpu1"])
 
 
-# the pure choice
+class Guard:
+    """Records what the rollout is asked, with the host's engine calls so far at each ask."""
+
+    def __init__(self, hosts: dict[str, LocalRemote]) -> None:
+        self.hosts = hosts
+        self.asked: list[tuple[str, str, int]] = []
+
+    def take_out(self, host: str) -> str:
+        self.asked.append(("out", host, len(stops_and_starts(self.hosts[host]))))
+        return ""
+
+    def put_back(self, host: str, failure: str) -> str:
+        self.asked.append(("back", host, len(stops_and_starts(self.hosts[host]))))
+        return ""
+
+    def fail(self, name: str, why: str) -> None:
+        self.asked.append(("fail", name, 0))
+
+    @property
+    def stopped(self) -> str:
+        return ""
 
 
-def _state(*releases: tuple[str, str], current: str | None = None) -> HostReleases:
-    found = tuple(
-        Release(rid, status != "incomplete", _release(rid, f"--{rid}"), None if status == "pending" else
-                {"passed": status == "good"})
-        for rid, status in releases
-    )  # fmt: skip
-    good = [rid for rid, status in releases if status == "good"]
-    return HostReleases(found, current, good[-1] if good else None, frozenset({VENV}))
-
-
-def _running(release: str, **state: str) -> HostUnits:
-    content = f"[Service]\nExecStart=vllm serve --{release}\n"
-    return HostUnits({UNIT: unit_digest(content)}, {UNIT: {"active_state": "active", **state}})
-
-
-def test_units_changed_and_not_running_say_why() -> None:
-    r1 = _release("r1", "--r1")
-    assert units_changed(r1, _running("r1")) == "" and not_running(r1, _running("r1")) == ""
-    extra = HostUnits({**_running("r1").files, "vllmctl-n-0.service": "0" * 64}, {})
-    assert units_changed(r1, extra) == (
-        "the unit files on disk are not release r1's (not in it: vllmctl-n-0.service)"
+def test_only_the_host_re_activated_is_taken_out_of_service(hosts: dict[str, LocalRemote]) -> None:
+    """Drained before its engine stops, put back after it serves; the host left alone is never drained."""
+    for remote in hosts.values():
+        deploy(remote, _release("r1", "--max-num-seqs 8"))
+    restarted_on_new_units(hosts["gpu1"], "--max-num-seqs 16")
+    before = {name: len(stops_and_starts(remote)) for name, remote in hosts.items()}
+    guard = Guard(hosts)
+    opts = RollbackOptions(
+        health=serving_unless_down(hosts), remote_for=lambda ctx: hosts[ctx.host.name], guard=guard
     )
-    assert (
-        units_changed(r1, HostUnits({}, {}))
-        == f"the unit files on disk are not release r1's (missing: {UNIT})"
-    )
-    assert not_running(r1, _running("r1", active_state="failed")) == f"not running: {UNIT} (failed)"
-    assert not_running(r1, _running("r1", need_daemon_reload="yes")) == (
-        f"runs an older copy of {UNIT} (systemd was not reloaded)"
-    )
-
-
-@pytest.mark.parametrize(
-    ("states", "units", "to", "expected"),
-    [
-        # nothing interrupted: one back each
-        ({"a": _state(("r1", "good"), ("r2", "good"), current="r2")}, {"a": _running("r2")}, None,
-         {"a": ("activate", "r1")}),
-        # a's units are not its current's: every host to its current
-        ({"a": _state(("r1", "good"), current="r1"),
-          "b": _state(("r0", "good"), ("r1", "good"), current="r1")},
-         {"a": _running("r9"), "b": _running("r1")}, None,
-         {"a": ("activate", "r1"), "b": ("stay", "r1")}),
-        # ... and one whose engine stopped is started again
-        ({"a": _state(("r1", "good"), current="r1"), "b": _state(("r1", "good"), current="r1")},
-         {"a": _running("r9"), "b": _running("r1", active_state="inactive")}, None,
-         {"a": ("activate", "r1"), "b": ("activate", "r1")}),
-        # a crashed engine alone is not an interrupted apply: a plain rollback
-        ({"a": _state(("r1", "good"), ("r2", "good"), current="r2")},
-         {"a": _running("r2", active_state="failed")}, None, {"a": ("activate", "r1")}),
-        # an unfinished current (the gate was running) goes to known-good, as before
-        ({"a": _state(("r1", "good"), ("r2", "pending"), current="r2"),
-          "b": _state(("r1", "good"), current="r1")},
-         {"a": _running("r2"), "b": _running("r9")}, None,
-         {"a": ("activate", "r1"), "b": ("activate", "r1")}),
-        # --to wins over everything
-        ({"a": _state(("r1", "good"), ("r2", "good"), current="r2")}, {"a": _running("r9")}, "r2",
-         {"a": ("activate", "r2")}),
-        # an interrupted first apply: no release to return to
-        ({"a": _state(current=None)}, {"a": _running("r9")}, None, {"a": ("refuse", None)}),
-        ({"a": _state(current=None)}, {"a": HostUnits({}, {})}, None, {"a": ("none", None)}),
-    ],
-)  # fmt: skip
-def test_choose(
-    states: dict[str, HostReleases], units: dict[str, HostUnits], to: str | None, expected: dict[str, Any]
-) -> None:
-    chosen = choose(states, units, to)
-    assert {h: (c.action, c.target_id) for h, c in chosen.items()} == expected
+    done = rollback_flow(_inventory(), list(ADDRESSES), True, opts, lambda line: None)
+    assert done.ok, done.hosts
+    assert guard.asked == [("out", "gpu1", before["gpu1"]), ("back", "gpu1", before["gpu1"] + 2)]
