@@ -1,5 +1,6 @@
 """`vllmctl rollback INVENTORY [--to ID]`: re-activate the previous (or named) known-good release on each
-selected host, and each selected multi-node group as one (runner/rollback.py); without --yes, the plan."""
+selected host (after an interrupted apply, each host's current one), and each selected multi-node group as
+one (runner/rollback.py); without --yes, the plan."""
 
 from __future__ import annotations
 
@@ -76,7 +77,10 @@ def _show_plan(ui: Ui, found: RollbackRun, as_json: bool) -> None:
         for node, current in group["current"].items():
             rows.append((f"{node} (group {name})", current or "-", group["to"] or "(refused)"))
     if as_json:
-        plan = {host: {"current": current, "to": to} for host, current, to in found.rows}
+        plan = {
+            host: {"current": current, "to": to.split(" ")[0], "action": found.actions.get(host)}
+            for host, current, to in found.rows
+        }
         ui.json({"plan": plan, "groups": found.groups, "covered": found.covered, "problems": found.problems})
         return
     table = Table(title="rollback plan (nothing changed; add --yes to do it)")
@@ -93,8 +97,11 @@ def _show_done(ui: Ui, found: RollbackRun, as_json: bool) -> None:
     for o in found.hosts:
         if o.broke_lock:
             ui.warn(f"{o.host}: {stale_lock_note(o.broke_lock)}")
-        if o.ok:
-            ui.info(f"{o.host}: {o.from_id or '-'} → {o.to_id}, serving again after {o.seconds:.1f}s")
+        if o.ok and o.noop:
+            ui.info(f"{o.host}: {'; '.join(o.reasons)}: nothing to do")
+        elif o.ok:
+            why = f" ({o.reasons[0]})" if o.reasons else ""
+            ui.info(f"{o.host}: {o.from_id or '-'} → {o.to_id}, serving again after {o.seconds:.1f}s{why}")
         else:
             ui.error(f"{o.host}: rollback failed\n" + "\n".join(f"  {r}" for r in o.reasons))
     for name, group in found.groups.items():

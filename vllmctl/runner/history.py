@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.errors import VllmctlError
+from vllmctl.facts.state import UNIT_FILES_COMMAND, parse_unit_files
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.ops import Command
 from vllmctl.releases.group_history import GroupNodes, group_history_rows
 from vllmctl.releases.host import HostReleases
+from vllmctl.releases.rollback import HostUnits
 from vllmctl.runner.fleet import host_contexts, planned_inventory, select_hosts
 from vllmctl.runner.group_nodes import multi_node_groups
 from vllmctl.runner.release import read_releases
@@ -29,12 +32,18 @@ class Survey:
     state: HostReleases | None = None
     error: str = ""
     hint: str = ""
+    units: HostUnits | None = None  # only when asked: what runs, for rollback's choice
 
 
 def survey(
-    contexts: Mapping[str, HostContext], remote_for: RemoteFor, timeout_s: float, forks: int
+    contexts: Mapping[str, HostContext],
+    remote_for: RemoteFor,
+    timeout_s: float,
+    forks: int,
+    units: bool = False,
 ) -> list[Survey]:
-    """Every host's releases in inventory order; an unreachable host is a Survey with its error."""
+    """Every host's releases in inventory order, and (`units`) its unit files and their states; an
+    unreachable host is a Survey with its error."""
 
     def one(name: str) -> Survey:
         try:
@@ -42,7 +51,8 @@ def survey(
         except VllmctlError as exc:
             return Survey(name, error=exc.message, hint=exc.hint)
         try:
-            return Survey(name, read_releases(remote, name, timeout_s))
+            state = read_releases(remote, name, timeout_s)
+            return Survey(name, state, units=read_units(remote, name, timeout_s) if units else None)
         except VllmctlError as exc:
             return Survey(name, error=exc.message, hint=exc.hint)
         finally:
@@ -51,6 +61,17 @@ def survey(
     hosts = list(contexts)
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(hosts) or 1))) as pool:
         return list(pool.map(one, hosts))
+
+
+def read_units(remote: Remote, host: str, timeout_s: float) -> HostUnits:
+    """Each vllmctl unit file's sha256 and each unit's systemd state (read-only, no lock)."""
+    files = remote.execute(Command(shell=UNIT_FILES_COMMAND), timeout_s)
+    if not files.ok:
+        raise VllmctlError(
+            f"{host}: reading its unit files failed (exit {files.exited})", files.stderr[-500:]
+        )
+    states = remote.gather({"units": ()}, timeout_s).get("units", {})
+    return HostUnits(parse_unit_files(files.stdout, 0), states)
 
 
 def history_rows(host: str, state: HostReleases) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""`vllmctl rollback`: re-activate the previous (or named) known-good release on each host from what is still
-there (units from the release dir, venv from the manifest), then wait for health; a multi-node model's group
-whose used nodes are all selected is rolled back as one group release. Without `yes`, only the plan."""
+"""`vllmctl rollback`: per host, re-activate the chosen release from what is still there (units from the
+release dir, venv from the manifest) and wait for health, or leave a host already on it; a multi-node model's
+group whose used nodes are all selected is rolled back as one group release. Without `yes`, only the plan."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from vllmctl.bench.readiness import HealthCheck
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group_history import GroupSelection
-from vllmctl.releases.host import ReleaseError, rollback_target
+from vllmctl.releases.host import HostReleases, rollback_target
+from vllmctl.releases.rollback import HostChoice, HostUnits, choose
 from vllmctl.releases.rollout import MaxFail
 from vllmctl.runner.cluster_release import GroupGateOptions
 from vllmctl.runner.engine_watch import wait_for_health
@@ -22,7 +23,7 @@ from vllmctl.runner.group_nodes import Connect, ssh_node
 from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
 from vllmctl.runner.history import RemoteFor, survey
 from vllmctl.runner.orphans import heal_lines, heal_orphans
-from vllmctl.runner.release import GateOptions, activate, audit_line, read_releases
+from vllmctl.runner.release import GateOptions, activate, audit_line, check_serving, read_releases
 from vllmctl.runner.remote import Remote
 from vllmctl.runner.rollout import (
     DEFAULT_WAIT_S,
@@ -46,6 +47,7 @@ class HostRollback:
     reasons: tuple[str, ...] = ()
     figures: dict[str, object] = field(default_factory=dict)
     broke_lock: str = ""  # the owner of a stale lock (its run died on this controller) this run broke
+    noop: bool = False  # already on its release and serving: nothing stopped
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -56,6 +58,7 @@ class HostRollback:
             "reasons": list(self.reasons),
             "figures": self.figures,
             "broke_lock": self.broke_lock or None,
+            "noop": self.noop,
         }
 
 
@@ -83,6 +86,7 @@ class RollbackRun:
 
     done: bool
     rows: list[tuple[str, str, str]] = field(default_factory=list)
+    actions: dict[str, str] = field(default_factory=dict)  # host -> activate, stay, refuse or none (plan)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     hosts: list[HostRollback] = field(default_factory=list)
     covered: dict[str, str] = field(default_factory=dict)
@@ -122,29 +126,28 @@ def roll_back_host(
 
 
 def roll_back_fleet(
-    contexts: Mapping[str, HostContext], opts: RollbackOptions, gate: GateOptions
+    contexts: Mapping[str, HostContext],
+    choices: Mapping[str, HostChoice],
+    opts: RollbackOptions,
+    gate: GateOptions,
 ) -> list[HostRollback]:
+    """Each host as chosen: refused ones are reported and not counted against --max-fail (nothing was
+    touched); one already on its release is checked for serving, and re-activated only if it does not."""
+
     def one(name: str) -> HostRollback:
-        guard = opts.guard
-        refusal = guard.take_out(name) if guard is not None else ""
-        if refusal:
-            return HostRollback(name, False, reasons=(f"not rolled back: {refusal}",))
-        outcome: HostRollback | None = None
-        lost = ""
-        try:
-            remote = opts.remote_for(contexts[name])
-            try:
-                outcome = roll_back_host(contexts[name], remote, gate, opts.to, opts.break_lock)
-            finally:
-                remote.close()
-        finally:
-            if guard is not None:
-                failure = "rollback did not finish" if outcome is None else ""
-                if outcome is not None and not outcome.ok:
-                    failure = "; ".join(outcome.reasons) or "rollback failed"
-                lost = guard.put_back(name, failure)
-        assert outcome is not None  # roll_back_host raised otherwise
-        return replace(outcome, ok=False, reasons=(*outcome.reasons, lost)) if lost else outcome
+        choice = choices[name]
+        if choice.action == "none":
+            return HostRollback(name, True, reasons=(choice.why,), noop=True)
+        if choice.action == "refuse" or choice.target is None:
+            return HostRollback(name, False, choice.current, reasons=(f"not rolled back: {choice.why}",))
+        why = choice.why
+        if choice.action == "stay":
+            stayed = _check_stays(contexts[name], choice, opts, gate)
+            if stayed.ok:
+                return stayed
+            why = f"{choice.why}, but it does not serve: re-activated ({'; '.join(stayed.reasons)})"
+        outcome = _activate(contexts[name], choice.target.id, opts, gate)
+        return replace(outcome, reasons=(why, *outcome.reasons)) if why else outcome
 
     done = fan_out(list(contexts), one, opts.forks)
     return [
@@ -153,14 +156,55 @@ def roll_back_fleet(
     ]
 
 
+def _check_stays(
+    ctx: HostContext, choice: HostChoice, opts: RollbackOptions, gate: GateOptions
+) -> HostRollback:
+    """A host that runs its release: its endpoints' health, nothing stopped, no lock."""
+    assert choice.target is not None and choice.target.manifest is not None
+    remote = opts.remote_for(ctx)
+    try:
+        started = gate.clock()
+        verdict = check_serving(remote, ctx, choice.target.manifest, gate, bench=False)
+    finally:
+        remote.close()
+    seconds, reasons = gate.clock() - started, verdict.reasons or (f"{choice.why}, serving",)
+    host, release = ctx.host.name, choice.target.id
+    return HostRollback(host, verdict.passed, release, release, seconds, reasons, verdict.figures, noop=True)
+
+
+def _activate(ctx: HostContext, target: str, opts: RollbackOptions, gate: GateOptions) -> HostRollback:
+    """Through the rollout's guard: taken out (drained), re-activated, put back; a failure counts."""
+    name, guard = ctx.host.name, opts.guard
+    refusal = guard.take_out(name) if guard is not None else ""
+    if refusal:
+        return HostRollback(name, False, reasons=(f"not rolled back: {refusal}",))
+    outcome: HostRollback | None = None
+    lost = ""
+    try:
+        remote = opts.remote_for(ctx)
+        try:
+            outcome = roll_back_host(ctx, remote, gate, target, opts.break_lock)
+        finally:
+            remote.close()
+    finally:
+        if guard is not None:
+            failure = "rollback did not finish" if outcome is None else ""
+            if outcome is not None and not outcome.ok:
+                failure = "; ".join(outcome.reasons) or "rollback failed"
+            lost = guard.put_back(name, failure)
+    assert outcome is not None  # roll_back_host raised otherwise
+    return replace(outcome, ok=False, reasons=(*outcome.reasons, lost)) if lost else outcome
+
+
 def rollback(
     inv: Inventory, selected: Sequence[str], yes: bool, opts: RollbackOptions, log: Log
 ) -> RollbackRun:
     """Plan, or (yes) roll back every selected host that has host releases, then every selected group."""
     selection, problems = select(inv, selected, opts.command_timeout_s, opts.connect)
     contexts = host_contexts(inv, [h for h in selected if h not in selection.covered], {}, stage_models=False)
+    choices, unread = _choose(contexts, opts)
     if not yes:
-        return _plan(inv, contexts, selection, problems, opts)
+        return _plan(inv, choices, unread, selection, problems, opts)
     gate = GateOptions(
         owner=opts.owner,
         command_timeout_s=opts.command_timeout_s,
@@ -181,7 +225,8 @@ def rollback(
         for line in heal_lines(heal_orphans(guard)):
             log(line)
     try:
-        hosts = roll_back_fleet(contexts, replace(opts, guard=guard), gate)
+        hosts = roll_back_fleet({h: contexts[h] for h in choices}, choices, replace(opts, guard=guard), gate)
+        hosts += [HostRollback(host, False, reasons=(why,)) for host, why in unread.items()]
     finally:
         if isinstance(guard, RolloutGuard) and guard is not opts.guard:
             guard.close()
@@ -200,26 +245,36 @@ def rollback(
     return RollbackRun(True, groups=groups, hosts=hosts, covered=selection.covered, problems=problems)
 
 
+def _choose(
+    contexts: Mapping[str, HostContext], opts: RollbackOptions
+) -> tuple[dict[str, HostChoice], dict[str, str]]:
+    """Each reachable host's part (releases/rollback.py decides from its releases and what runs), and why
+    each other host could not be read."""
+    states: dict[str, HostReleases] = {}
+    units: dict[str, HostUnits] = {}
+    unread: dict[str, str] = {}
+    for found in survey(contexts, opts.remote_for, opts.command_timeout_s, opts.forks, units=True):
+        if found.state is None or found.units is None:
+            unread[found.host] = f"{found.error}\n  hint: {found.hint}" if found.hint else found.error
+            continue
+        states[found.host], units[found.host] = found.state, found.units
+    return choose(states, units, opts.to), unread
+
+
 def _plan(
     inv: Inventory,
-    contexts: Mapping[str, HostContext],
+    choices: Mapping[str, HostChoice],
+    unread: Mapping[str, str],
     selection: GroupSelection,
     problems: list[str],
     opts: RollbackOptions,
 ) -> RollbackRun:
-    rows = []
-    for found in survey(contexts, opts.remote_for, opts.command_timeout_s, opts.forks):
-        if found.state is None:
-            problems.append(f"{found.error}\n  hint: {found.hint}")
-            continue
-        try:
-            target = rollback_target(found.state, found.host, opts.to).id
-        except ReleaseError as exc:
-            problems.append(exc.render())
-            target = "(refused)"
-        rows.append((found.host, found.state.current or "-", target))
+    problems.extend(unread.values())
+    problems.extend(c.why for c in choices.values() if c.action == "refuse")
+    rows = [(host, c.current or "-", c.shown) for host, c in choices.items()]
+    actions: dict[str, str] = {host: c.action for host, c in choices.items()}
     groups = {
         group.group: group_plan(inv, group, opts.to, opts.command_timeout_s, opts.connect, problems)
         for group in selection.groups
     }
-    return RollbackRun(False, rows=rows, groups=groups, covered=selection.covered, problems=problems)
+    return RollbackRun(False, rows, actions, groups, covered=selection.covered, problems=problems)

@@ -167,7 +167,7 @@ def test_commands_plan_without_yes_and_history_lists_in_order(
     out = io.StringIO()
     code = rollback.run(_args(), Ui(out=out, err=io.StringIO()), lambda ctx: host, healthy_unless_bogus(host))
     assert code == 3
-    assert json.loads(out.getvalue())["plan"] == {"gpu1": {"current": "r2", "to": "r1"}}
+    assert json.loads(out.getvalue())["plan"] == {"gpu1": {"current": "r2", "to": "r1", "action": "activate"}}
     assert read_releases(host, "gpu1", 10).current == "r2"
 
     out = io.StringIO()
