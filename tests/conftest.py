@@ -62,17 +62,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
 
-# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every module using the one real
-# `deployment` runs on one worker, every other lab module on the other, so neither fleet nor deployment is
-# built twice and the two share the 2 cores (an engine start keeps one core busy, the other mostly idle);
-# unit tests fill whichever worker finishes first.
-DEPLOYMENT_GROUP, LAB_GROUP = "deployment", "lab"
+# `make test` runs three pytest-xdist workers (`-n 3 --dist loadgroup`): the modules using the real
+# `deployment` under tests/lab/releases (rollouts that mostly wait: slow engines, reboots, killed runs) on
+# one worker, every other module using it on another (each of the two builds its own fleet and deployment),
+# every other lab module on the third; unit tests fill whichever worker finishes first. xdist gives each
+# worker one group first (the largest units), so no two groups share a worker.
+DEPLOYMENT_GROUP, ROLLOUTS_GROUP, LAB_GROUP = "deployment", "rollouts", "lab"
+DEPLOYMENT_GROUPS = (DEPLOYMENT_GROUP, ROLLOUTS_GROUP)
 
 
 def xdist_group_of(item: pytest.Item, deployment_modules: set[Path]) -> str | None:
     if not item.path.is_relative_to(LAB_TESTS):
         return None
-    return DEPLOYMENT_GROUP if item.path in deployment_modules else LAB_GROUP
+    if item.path not in deployment_modules:
+        return LAB_GROUP
+    return ROLLOUTS_GROUP if item.path.is_relative_to(LAB_TESTS / "releases") else DEPLOYMENT_GROUP
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
@@ -109,7 +113,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     group = item.get_closest_marker("xdist_group")
     # each worker resets only its own hosts: the other may be watching a unit fail on its
-    ours = fleet.hosts[:2] if group is not None and group.args[0] == DEPLOYMENT_GROUP else fleet.hosts[2:]
+    ours = fleet.hosts[:2] if group is not None and group.args[0] in DEPLOYMENT_GROUPS else fleet.hosts[2:]
     for host in ours:
         left = fleet.failed_units(host, reset=True).strip()
         if left:
