@@ -238,7 +238,7 @@ class Guard:
         self.hosts = hosts
         self.asked: list[tuple[str, str, int]] = []
 
-    def take_out(self, host: str) -> str:
+    def take_out(self, host: str, waiting: Any = None) -> str:
         self.asked.append(("out", host, len(stops_and_starts(self.hosts[host]))))
         return ""
 

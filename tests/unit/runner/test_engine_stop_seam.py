@@ -61,7 +61,7 @@ class Recorded:
     def __init__(self, guard: RolloutGuard, log: list[str]) -> None:
         self.guard, self.log = guard, log
 
-    def take_out(self, host: str) -> str:
+    def take_out(self, host: str, waiting: Any = None) -> str:
         refused = self.guard.take_out(host)
         self.log.append(f"{host}: out")
         return refused
