@@ -88,8 +88,8 @@ class HostRun:
         self.out = False  # taken out of service by the rollout guard; put back in `finally`
         self.released = False  # the gate ran, or the services phase failed: a failure here is the release's
 
-    def timeout(self, action: object = None) -> float:
-        return self.limit(action)[0]
+    def timeout(self) -> float:
+        return self.limit()[0]
 
     def limit(self, action: object = None) -> tuple[float, str]:
         """Seconds `action` may run, and which limit that is: a wait with its own deadline (the health
