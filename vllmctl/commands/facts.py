@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def summarize(name: str, value: Any) -> str:
+def summarize(name: str, value: Any, gpus_declared: int | None = None) -> str:
     if value is None:
         return "-"
     if name == "gpus":
@@ -37,7 +37,7 @@ def summarize(name: str, value: Any) -> str:
             return f"{value.get('status')}: {value.get('message', '')}".strip(": ")
         return ", ".join(f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB" for g in gpus) or "none"
     if name == "gpu_health":
-        return verdict(value)
+        return verdict(value, expected=gpus_declared)
     if name == "os_release":
         return str(value.get("pretty_name", "?"))
     if name == "kernel":
@@ -71,8 +71,10 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
             table = Table(title=name, show_header=False, box=None)
             table.add_column("fact", style="bold")
             table.add_column("value")
+            declared = inventory.hosts[name].gpus if name in inventory.hosts else None
             for fact in SHOWN:
-                table.add_row(fact, summarize(fact, found.get("facts", {}).get(fact)))
+                value = found.get("facts", {}).get(fact)
+                table.add_row(fact, summarize(fact, value, declared.count if declared else None))
             if "error" in found:
                 table.add_row("error", f"{found['error']} (hint: {found['hint']})")
             ui.table(table)

@@ -51,6 +51,19 @@ def parse_iommu(lines: Sequence[str]) -> str | None:
     return " ".join(words) or None
 
 
+def parse_nvidia_pci(lines: Sequence[str]) -> list[str]:
+    """The PCI addresses of the NVIDIA GPUs (3D or VGA controllers) on the bus, as `lspci` prints them
+    (`18:00.0`), whether the driver lists them or not: one fallen off the bus still shows, as `(rev ff)`."""
+    found = []
+    for line in lines:
+        if line[:1] in (" ", "\t", "") or "NVIDIA" not in line:
+            continue
+        address, _, kind = line.partition(" ")
+        if kind.startswith(("3D controller", "VGA compatible controller")):
+            found.append(address.lower().removeprefix("0000:"))
+    return sorted(found)
+
+
 def parse_acs_bridges(lines: Sequence[str]) -> list[str]:
     """PCI bridges whose `ACSCtl:` has `SrcValid+` in `lspci -vvv` (grep'd to device lines and ACSCtl)."""
     found: list[str] = []
@@ -98,5 +111,6 @@ def parse_hardware(sections: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         "dcgm": any(w.strip() for w in sections.get(DCGM_MARK, [])),
         "iommu": parse_iommu(sections.get(CMDLINE_MARK, [])),
         "acs_bridges": parse_acs_bridges(sections.get(LSPCI_MARK, [])),
+        "nvidia_pci": parse_nvidia_pci(sections.get(LSPCI_MARK, [])),
         "p2p": parse_p2p(sections.get(P2P_MARK, [])),
     }

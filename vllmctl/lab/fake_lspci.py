@@ -2,10 +2,10 @@
 """A stand-in `lspci` for lab hosts: `lspci -vvv`'s device lines and their `ACSCtl:` capability line, from
 /etc/vllmctl-lab/gpus.json (a container sees no PCI devices of its own; the lab image has no pciutils).
 
-Each GPU is a `3D controller` line at its bus id; each entry of `pci_bridges` ({"address", "acs"}) is a PCI
-bridge whose ACSCtl reads `SrcValid+ ... ReqRedir+` (ACS on, P2P redirected through the root complex) or all
-`-`. The lines follow real `lspci -vvv` output of a PLX PEX 8747 switch. Copied as /usr/bin/lspci; standard
-library only.
+Each GPU is a `3D controller` line at its bus id (`(rev ff)` for one gpus.json marks `lost`); each entry of
+`pci_bridges` ({"address", "acs"}) is a PCI bridge whose ACSCtl reads `SrcValid+ ... ReqRedir+` (ACS on, P2P
+redirected through the root complex) or all `-`. The lines follow real `lspci -vvv` output of a PLX PEX 8747
+switch. Copied as /usr/bin/lspci; standard library only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def devices(doc: dict[str, Any], verbose: bool) -> list[str]:
         shown.append((str(bridge["address"]), [f"{bridge['address']} {BRIDGE}", *details]))
     for gpu in doc.get("gpus") or []:
         address = str(gpu.get("pci_bus_id", "")).lower().removeprefix("00000000:")
-        shown.append((address, [f"{address} 3D controller: NVIDIA Corporation {gpu.get('name', 'GPU')}"]))
+        # a GPU fallen off the bus reads all ones from its config space: lspci shows it as (rev ff)
+        line = f"{address} 3D controller: NVIDIA Corporation {gpu.get('name', 'GPU')}"
+        shown.append((address, [line + (" (rev ff)" if gpu.get("lost") else " (rev a1)")]))
     return [line for _, lines in sorted(shown) for line in lines]
 
 

@@ -306,7 +306,8 @@ def main(args: list[str]) -> int:
         return EXIT_NO_DRIVER
     if "--version" in args:
         return version(doc)
-    gpus: list[dict[str, Any]] = doc["gpus"]
+    # a GPU fallen off the bus (`"lost": true`): still on the PCI bus (fake_lspci), not listed by the driver
+    gpus: list[dict[str, Any]] = [g for g in doc["gpus"] if not g.get("lost")]
     if not gpus:
         sys.stdout.write("No devices were found\n")
         return EXIT_NO_DEVICES

@@ -201,11 +201,38 @@ def tp_warnings(
     return found
 
 
+def count_findings(health: Mapping[str, Any], expected: int | None) -> list[Finding]:
+    """Fewer GPUs listed by nvidia-smi than the inventory declares: a server that lost one is refused, not
+    planned on what is left, naming the GPUs still on the PCI bus that the driver does not list."""
+    listed = (health.get("smi") or {}).get("gpus") or []
+    if not expected or len(listed) >= expected:
+        return []
+    seen = {str(g.get("pci_bus_id", "")).lower().split(":", 1)[-1] for g in listed}
+    missing = [a for a in health.get("nvidia_pci") or [] if a not in seen]
+    where = (
+        f"on the PCI bus but not listed: {', '.join(missing)}"
+        if missing
+        else "the missing GPU is not on the PCI bus either"
+    )
+    return [
+        Finding(
+            "gpu count",
+            f"nvidia-smi lists {len(listed)} GPUs, the inventory declares {expected}; {where}",
+            "a GPU fallen off the bus (Xid 79) needs a reset or a reboot, and a hardware check if it stays "
+            "missing; or declare the GPUs this host has (gpus)",
+        )
+    ]
+
+
 def gpu_findings(
-    health: Mapping[str, Any], in_use: Sequence[int] | None, groups: Groups | None = None
+    health: Mapping[str, Any],
+    in_use: Sequence[int] | None,
+    groups: Groups | None = None,
+    expected: int | None = None,
 ) -> list[Finding]:
     """Every failed check; `in_use` is the GPU indices a model uses (None: all of them), `groups` the GPUs of
-    each tensor-parallel group, whose P2P is judged (None, or a group of None: all of them)."""
+    each tensor-parallel group, whose P2P is judged (None, or a group of None: all of them), `expected` the
+    number of GPUs the inventory declares."""
     smi: Mapping[str, Any] = health.get("smi") or {}
     if smi.get("status") != "ok":
         evidence = f"nvidia-smi -q: {smi.get('status', 'not run')}"
@@ -218,18 +245,22 @@ def gpu_findings(
     for gpu in smi.get("gpus", []):
         used = in_use is None or gpu.get("index") in in_use
         found += _gpu_checks(gpu, nvswitch, used)
+    found += count_findings(health, expected)
     return found + p2p_findings(health, groups) + _xid_findings(health.get("xid", []))
 
 
 def verdict(
-    health: Mapping[str, Any] | None, in_use: Sequence[int] | None = None, groups: Groups | None = None
+    health: Mapping[str, Any] | None,
+    in_use: Sequence[int] | None = None,
+    groups: Groups | None = None,
+    expected: int | None = None,
 ) -> str:
     """One line for `vllmctl facts`: healthy, or the failed checks."""
     if not health:
         return "-"
     if (health.get("smi") or {}).get("status") == "not-installed":
         return "no nvidia-smi here (a host with GPUs needs its driver: driver.branch)"
-    found = gpu_findings(health, in_use, groups)
+    found = gpu_findings(health, in_use, groups, expected)
     if not found:
         count = len((health.get("smi") or {}).get("gpus", []))
         fabric = ", fabric Completed" if health.get("nvswitch") else ""
@@ -252,10 +283,10 @@ def _plan(args: Args, facts: Facts) -> Step:
         return noop(
             "gpu_health", "gpus", f"no NVIDIA GPU here (nvidia-smi: {smi['status']}, none in the inventory)"
         )
-    in_use, groups = args.get("in_use"), args.get("tp_groups")
-    found = gpu_findings(health, None if in_use is None else list(in_use), groups)
+    in_use, groups, expected = args.get("in_use"), args.get("tp_groups"), args.get("gpus_expected")
+    found = gpu_findings(health, None if in_use is None else list(in_use), groups, expected)
     if not found:
-        reason = verdict(health, in_use, groups) + f"; engines of {', '.join(models)} may start"
+        reason = verdict(health, in_use, groups, expected) + f"; engines of {', '.join(models)} may start"
         warned = tuple(tp_warnings(health, facts.get("gpu_topology"), groups))
         return Step("gpu_health", "gpus", noop=reason, warnings=warned)
     lines = [f"GPU health gate: engines of {', '.join(models)} not started", *(f.render() for f in found)]
@@ -265,5 +296,8 @@ def _plan(args: Args, facts: Facts) -> Step:
 
 
 GPU_HEALTH = Operation(
-    "gpu_health", _facts, _plan, {"in_use": None, "tp_groups": None, "gpus_declared": True}
+    "gpu_health",
+    _facts,
+    _plan,
+    {"in_use": None, "tp_groups": None, "gpus_declared": True, "gpus_expected": None},
 )

@@ -222,6 +222,7 @@ def _gpu_health(ctx: HostContext, params: Params) -> list[OpCall]:
         "in_use": in_use,
         "tp_groups": groups,
         "gpus_declared": ctx.host.gpus is not None,
+        "gpus_expected": ctx.host.gpus.count if ctx.host.gpus is not None else None,
     }
     return [OpCall("gpu_health", args), OpCall("gpu_memory", {"budgets": gpu_budgets(ctx)})]
 

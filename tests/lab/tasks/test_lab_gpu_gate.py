@@ -35,6 +35,11 @@ CLEAR_DRIVER = (
 )
 XID_79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=lab, GPU has fallen off the bus."
 XID_13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=$i, name=python3, Graphics SM Warp Exception on (GPC 0)"
+# Xid 79's GPU 0 is gone from nvidia-smi's list, as after a fall off the bus; lspci still shows it (rev ff)
+LOSE_GPU_0 = (
+    "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['gpus'][0]['lost']=True; "
+    "json.dump(d, open(p, 'w'))"
+)
 SET_MIG = (
     "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['gpus'][0]['mig_mode']='Enabled'; "
     "json.dump(d, open(p, 'w'))"
@@ -85,6 +90,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
         found.sh(xid_host, f"logger -t kernel '{XID_79}'")  # what the kernel logs, in this boot's journal
         # the usual aftermath: 60 application-class Xids after it, more than the 50 lines once read
         found.sh(xid_host, f'for i in $(seq 60); do logger -t kernel "{XID_13}"; done')
+        found.sh(xid_host, f'sudo python3 -c "{LOSE_GPU_0}"')
         found.sh(mig_host, f'sudo python3 -c "{SET_MIG}"')
         yield found
     finally:
@@ -108,6 +114,8 @@ def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: G
     assert facts[mig_host.name]["smi"]["gpus"][0]["mig_mode"] == "Enabled"
     table = gate.vllmctl("facts", str(gate.inventory)).stdout
     assert "refused: fabric: GPU 0" in table and "Xid 79" in table and "mig: GPU 0" in table
+    assert len(facts[xid_host.name]["smi"]["gpus"]) == 7 and len(facts[xid_host.name]["nvidia_pci"]) == 8
+    assert "gpu count: nvidia-smi lists 7 GPUs, the inventory declares 8" in table
 
 
 def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gate: Gate) -> None:
@@ -115,7 +123,12 @@ def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gat
     applied = gate.vllmctl("apply", str(gate.inventory), "--json", "--health-timeout", "300")
     assert applied.returncode != 0
     doc = json.loads(applied.stdout)
-    for host, evidence in ((xid_host, "Xid 79 (GPU has fallen off the bus)"), (mig_host, "MIG mode Enabled")):
+    lost = "on the PCI bus but not listed: 18:00.0"  # the host that lost a GPU is refused naming it
+    for host, evidence in (
+        (xid_host, "Xid 79 (GPU has fallen off the bus)"),
+        (xid_host, lost),
+        (mig_host, "MIG mode Enabled"),
+    ):
         result = doc["hosts"][host.name]
         assert result["status"] == "failed", result
         (step,) = [s for s in result["steps"] if s["op"] == "gpu_health"]

@@ -272,3 +272,24 @@ def test_the_lab_lspci_shows_acs_on_the_bridges_gpus_json_names_as_the_facts_par
         [sys.executable, fake_lspci.__file__, "-vvv"], capture_output=True, text=True, env=env
     )
     assert parse_acs_bridges(plain.stdout.splitlines()) == []
+
+
+def test_a_gpu_fallen_off_the_bus_is_on_the_pci_bus_but_not_listed(tmp_path: Path) -> None:
+    from vllmctl.facts.gpu_hardware import parse_nvidia_pci
+    from vllmctl.lab import fake_lspci, fake_nvidia_smi
+
+    doc = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
+    doc["gpus"][3]["lost"] = True
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(doc))
+    env = {**os.environ, "VLLMCTL_LAB_GPUS": str(path)}
+
+    def run(tool: str, *args: str) -> str:
+        return subprocess.run([sys.executable, tool, *args], capture_output=True, text=True, env=env).stdout
+
+    listed = run(fake_nvidia_smi.__file__, "--query-gpu=pci.bus_id", "--format=csv,noheader").split()
+    assert len(listed) == 7 and doc["gpus"][3]["pci_bus_id"] not in listed
+    on_bus = run(fake_lspci.__file__, "-vvv").splitlines()
+    assert len(parse_nvidia_pci(on_bus)) == 8
+    (lost,) = [line for line in on_bus if "(rev ff)" in line]
+    assert lost.startswith(str(doc["gpus"][3]["pci_bus_id"]).lower().removeprefix("00000000:"))

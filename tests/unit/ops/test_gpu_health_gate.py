@@ -104,3 +104,29 @@ def test_tensor_parallel_over_pcie_with_acs_on_is_warned_only_without_nvlink() -
     assert tp_warnings({**health, "acs_bridges": []}, pcie, [[0, 1]]) == []
     assert tp_warnings(health, pcie, [[0], [1]]) == []  # one GPU per replica: no tensor parallelism
     assert tp_warnings(health, None, [[0, 1]]) == []  # topology unknown: nothing claimed
+
+
+def _lost_one(health: dict[str, Any], address: str) -> dict[str, Any]:
+    """`health` with the GPU at `address` gone from nvidia-smi's list and still on the PCI bus."""
+    smi = health["smi"]
+    kept = [g for g in smi["gpus"] if not str(g["pci_bus_id"]).lower().endswith(address)]
+    assert len(kept) == len(smi["gpus"]) - 1
+    listed = [str(g["pci_bus_id"]).lower().split(":", 1)[1] for g in smi["gpus"]]
+    return {**health, "smi": {**smi, "gpus": kept}, "nvidia_pci": sorted(listed)}
+
+
+def test_a_host_with_fewer_gpus_than_declared_is_refused_naming_the_missing_one() -> None:
+    health = fact("hgx_h100_healthy")
+    count = len(health["smi"]["gpus"])
+    assert gpu_findings(health, None, expected=count) == []
+    lost = _lost_one(health, "2a:00.0")
+    (finding,) = gpu_findings(lost, None, expected=count)
+    assert finding.check == "gpu count"
+    assert f"lists {count - 1} GPUs, the inventory declares {count}" in finding.evidence
+    assert "on the PCI bus but not listed: 2a:00.0" in finding.evidence and "Xid 79" in finding.fix
+    gone = {**lost, "nvidia_pci": [a for a in lost["nvidia_pci"] if a != "2a:00.0"]}
+    (finding,) = gpu_findings(gone, None, expected=count)
+    assert "not on the PCI bus either" in finding.evidence
+    assert gpu_findings(lost, None) == []  # nothing declared: nothing to compare with
+    assert gpu_findings(lost, None, expected=count - 1) == []  # more than declared is no fault
+    assert verdict(lost, expected=count).startswith("refused: gpu count:")

@@ -64,7 +64,13 @@ def test_the_gpu_health_gate_judges_mig_on_the_gpus_the_replicas_use_and_p2p_per
 
     model = ModelDeployment("tiny", "/srv/m", ("h1",))
     (gate, _) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}), {})
-    assert gate.args == {"models": ["tiny"], "in_use": None, "tp_groups": [[0]], "gpus_declared": True}
+    assert gate.args == {
+        "models": ["tiny"],
+        "in_use": None,
+        "tp_groups": [[0]],
+        "gpus_declared": True,
+        "gpus_expected": 2,  # the inventory's count: a host that lost a GPU is refused, not planned smaller
+    }
     plans = {"tiny": ModelPlan({}, (Replica(0, 8000, (3, 2)), Replica(1, 8001, (0,))))}
     (gate, _) = PROVISION_TASKS["gpu_health"](_ctx(EngineSpec(), {"tiny": model}, plans=plans), {})
     assert gate.args["in_use"] == [0, 2, 3] and gate.args["tp_groups"] == [[2, 3], [0]]
