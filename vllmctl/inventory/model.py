@@ -181,7 +181,7 @@ class ReleaseSettings:
 
 @dataclass(frozen=True)
 class StagingSettings:
-    """How controller folders reach the hosts: once, then host to host (#32), or pushed to every host."""
+    """How controller folders reach the hosts: once, then host to host, or pushed to every host."""
 
     fanout: bool = True
     per_source: int = 2  # copies one host serves at once

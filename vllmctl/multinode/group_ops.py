@@ -123,7 +123,7 @@ def create_group_release(manifest: GroupManifest, state: HostReleases) -> Step:
 
 
 def restart_step(units: Sequence[str]) -> Step:
-    """Stopped, then started only once their last run's processes are gone and their GPUs free (#36): a
+    """Stopped, then started only once their last run's processes are gone and their GPUs free: a
     plain restart would start the new engine or Ray worker beside a stuck one."""
     if not units:
         return noop("group_start", "units", "nothing to restart")

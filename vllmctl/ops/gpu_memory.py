@@ -1,4 +1,4 @@
-"""GPU memory others hold, pure (#36): before this host's engines start, each GPU a vLLM replica uses must
+"""GPU memory others hold, pure: before this host's engines start, each GPU a vLLM replica uses must
 have the share its plan takes (`gpu_memory_utilization` x total) free of processes outside vllmctl's units,
 as vLLM's own start checks; else the host is refused with those processes and the fix, not vLLM."""
 

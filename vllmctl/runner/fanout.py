@@ -1,4 +1,4 @@
-"""The weights fan-out at the edge (#32): before the per-host runs, each controller folder that several hosts
+"""The weights fan-out at the edge: before the per-host runs, each controller folder that several hosts
 stage reaches the fleet once, by the controller's push to one host, and is then copied host to host
 (fanout/schedule.py orders the copies, fanout/scripts.py is their shell). Every grant is revoked and every
 one-time key removed when its copy ends, also when it fails; a host left without a copy gets the

@@ -1,4 +1,4 @@
-"""One copy of a fan-out (#32) over fresh SSH connections: the controller's push to a first host, or a pull
+"""One copy of a fan-out over fresh SSH connections: the controller's push to a first host, or a pull
 from a host that holds the folder, with the grant revoked and the one-time key removed whatever happens.
 A failure says whom it blames, so the schedule retries from another source or gives the target up."""
 

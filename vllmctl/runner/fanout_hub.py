@@ -1,4 +1,4 @@
-"""The hub models' fan-out at the edge (#32): a hub model several hosts stage crosses the hub's link once. A
+"""The hub models' fan-out at the edge: a hub model several hosts stage crosses the hub's link once. A
 host that holds it, or else a seed host whose own run goes first, serves it to the others host to host; each
 blob is checked against the hub's own listing, which the controller reads. A host left without a copy
 downloads it in its own run, as before."""

@@ -1,4 +1,4 @@
-"""A fan-out's copies in each host's results (#32): the copy as the first step of the host's models phase,
+"""A fan-out's copies in each host's results: the copy as the first step of the host's models phase,
 planned, changed, or a warning beside the push or download its own run made instead."""
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def gpu_facts_from(gathered: Mapping[str, Mapping[str, Any]], ui: Ui) -> dict[st
 
 def host_resources_from(gathered: Mapping[str, Mapping[str, Any]]) -> dict[str, HostResources]:
     """Host memory, the GPU memory other processes hold (the most on any GPU; what vllmctl's own units hold
-    is not counted, #36) and the engine venvs with triton_kernels (the MXFP4 MoE backend), per host whose
+    is not counted) and the engine venvs with triton_kernels (the MXFP4 MoE backend), per host whose
     facts came back."""
     found: dict[str, HostResources] = {}
     for host, result in gathered.items():

@@ -1,4 +1,4 @@
-"""`vllmctl tune` at the edge (#33): one replica drained from the gateway, each candidate of the sweep run on
+"""`vllmctl tune` at the edge: one replica drained from the gateway, each candidate of the sweep run on
 it as units rendered from a variant of the inventory (no release recorded), loaded at rising concurrency until
 the SLO breaks, and the replica put back on its known-good release by the rollback machinery, whatever
 happened. A marker on the host says a tune is under way, so a killed run is restored by the next one."""

@@ -62,7 +62,7 @@ class HostContext:
     fleet_plans: Mapping[str, Mapping[str, ModelPlan]] = field(default_factory=dict)
     # "<engine>-<version>" -> the CUDA its wheels name, read by runner/engine_cuda.py; absent: the table
     engine_cuda: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # folders a fan-out copies to this host before its run: `--check` plans no push of them (#32)
+    # folders a fan-out copies to this host before its run: `--check` plans no push of them
     fanned_out: frozenset[str] = frozenset()
 
     def models(self) -> list[ModelDeployment]:
