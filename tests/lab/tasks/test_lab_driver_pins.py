@@ -42,12 +42,14 @@ def _changed(result: dict[str, Any]) -> list[str]:
 
 def _installed(deployment: Any, host: Any) -> dict[str, str]:
     """Installed NVIDIA packages, name -> 'version status' (`hi`: held and installed)."""
-    query = f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abbrev}}\\n' {STACK} 2>/dev/null; true"
+    query = (
+        f"dpkg-query -W -f='${{Package}}\\t${{Version}}\\t${{db:Status-Abbrev}}\\n' {STACK} 2>/dev/null; true"
+    )
     found = {}
     for line in deployment.sh(host, query).splitlines():
-        name, version, status = line.split()[:3]
-        if status[1] == "i":
-            found[name] = f"{version} {status}"
+        name, version, status = line.split("\t")[:3]
+        if status[1:2] == "i":  # purged ones stay known to dpkg, without a version
+            found[name] = f"{version} {status.strip()}"
     return found
 
 
@@ -61,6 +63,7 @@ def test_a_release_pin_installs_and_holds_exactly_that_release_and_a_branch_pin_
 ) -> None:
     host = deployment.spare_hosts[0]
     older = OLDER_580.version
+    _drivers(deployment, host, "580")  # from wherever the other modules left it: branch 580, Ubuntu's names
     try:
         result = _drivers(deployment, host, older)
         assert {"nvidia_driver", "fabric_manager"} <= set(_changed(result)), result["steps"]
@@ -87,6 +90,7 @@ def test_nvidias_repository_layout_converges_with_its_unsuffixed_names(deploymen
     ubuntu = deployment.sh(host, f"cat {sources}")
     nvidia = ubuntu.replace("/debian ./", f"/debian/{NVIDIA_LAYOUT} ./")
     assert nvidia != ubuntu, ubuntu
+    _drivers(deployment, host, "580")  # from wherever the other modules left it (one switches it to 570)
 
     def switch(to: str, purge: str) -> None:
         """Another layout, as on a host set up with that repository: its stack's companions not installed."""
