@@ -183,6 +183,8 @@ def test_real_pip_or_uv_installs_with_the_credentials_and_no_argv_ever_holds_the
     assert subprocess.run([str(probe), "-c", "import vllmctl_probe"], check=False).returncode == 0
     (record,) = (tmp_path / "probe-1.0" / "lib").glob("python3*/site-packages/vllmctl_probe-1.0.dist-info")
     assert (record / "INSTALLER").read_text().strip() == installer
+    # bytecode compiled at install, as pip does: the engine's service user cannot write __pycache__ there
+    assert list(record.parent.glob("vllmctl_probe/__pycache__/__init__.*.pyc")), installer
     assert leaks == []  # requests arrived (the install worked) while no process argv held the password
 
 
