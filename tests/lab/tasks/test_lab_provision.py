@@ -137,6 +137,8 @@ def _nvidia_driver(deployment: Any, host: Any) -> str:
 
 def test_missing_driver_is_installed_from_the_lab_repo_and_held(deployment: Any) -> None:
     host = deployment.spare_hosts[0]
+    remove = "sudo env DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --allow-change-held-packages"
+    deployment.sh(host, f"{remove} nvidia-driver-580 2>/dev/null || true")  # an earlier test installed it
     clear = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); d['driver']=None; "
     clear += "json.dump(d, open(p, 'w'))"
     deployment.sh(host, f'sudo python3 -c "{clear}"')
