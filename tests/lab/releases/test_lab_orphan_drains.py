@@ -22,7 +22,7 @@ from gateway_lab import MODEL, Gateway, Stream
 
 from vllmctl.paths import AUDIT_LOG, OUT_DIR
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.rollout_faults]
 DRAINED = ("DRAIN", "MAINT")
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from gateway_lab import MODEL, Gateway, Stream
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.rollout_faults]
 
 UNIT = f"vllmctl-{MODEL}-0.service"
 DROP_IN = f"/etc/systemd/system/{UNIT}.d"

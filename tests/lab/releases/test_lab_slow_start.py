@@ -22,7 +22,7 @@ from gateway_lab import MODEL, Gateway, Stream
 
 from vllmctl.paths import VENVS_DIR
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.rollout_faults]
 
 UNIT = f"vllmctl-{MODEL}-0.service"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}"
