@@ -28,16 +28,17 @@ unit:
 # hold three deployments' engines (~3 GB each) besides the other lab engines: more than CI's 24 GiB.
 # `WORKERS=0` runs one process.
 # The rollouts under real faults (`rollout_faults`: engines slowed past 300 s, driver and stale-engine
-# reboots, a killed run, two runs at once) restart engines one host at a time, 15-22 minutes a module on 2
-# cores: with them CI's run passed its 90 minutes, so they run apart, in `make test-rollouts`.
+# reboots, a killed run, two runs at once, rollback after an interrupted apply) restart engines one host at a
+# time, 10-22 minutes a module on 2 cores: with them CI's run passed its 90 minutes, so they run apart, in
+# `make test-rollouts`.
 WORKERS ?= 2
 test: lint typecheck
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) demo-fresh; else echo "demo-fresh: skipped (needs root)"; fi
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup --no-loadscope-reorder -m "not rollout_faults"
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup -m "not rollout_faults"
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) molecule; else echo "molecule: skipped (needs root)"; fi
 
 test-rollouts:
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup --no-loadscope-reorder -m rollout_faults
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS) -n $(WORKERS) --dist loadgroup -m rollout_faults
 
 molecule:
 	test -x $(MOLECULE_VENV)/bin/molecule || { $(PYTHON) -m venv $(MOLECULE_VENV) && \

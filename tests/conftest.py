@@ -62,51 +62,30 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
 
-# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`). Each lab
-# module is a unit of its own, so the heavy ones spread over both workers (each worker builds its own fleet
-# and, at its first module using it, its own `deployment`); the modules sharing a fixture that must exist
-# once on the machine (the 16-host fleet, the local vLLM server: ~3 GB each) form one unit. Units go out in
-# the order of the items: the lab modules that take longest first (measured on CI: engine restarts behind
-# the gateway, fleets of their own), then the other lab modules, then each unit test alone, filling the gaps.
-LONGEST_FIRST = (
-    "releases/test_lab_reboots.py",
-    "releases/test_lab_slow_start.py",
-    "gateway/test_lab_first_deploy.py",
-    "releases/test_lab_orphan_drains.py",
-    "gateway/test_lab_gateway.py",
-    "multinode/test_lab_ray.py",
-    "releases/test_lab_releases.py",
-    "releases/test_lab_rollback_interrupted.py",
-    "gateway/test_lab_vip.py",
-    "gateway/test_lab_tune.py",
-    "multinode/test_lab_apply_group.py",
-)
-SHARED_ONCE = {"lab_fleet_16": "lab16", "local_vllm": "local-engine", "serve_local_vllm": "local-engine"}
+# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): every lab module using the real
+# `deployment` forms one group, every other lab module another; xdist gives each worker one group first (the
+# largest units), so the other lab modules run on a fleet the deployment's modules never touched (they change
+# the spare hosts' driver packages; a dry run that spread modules over both workers failed five lab tests on
+# what an earlier module left); unit tests fill the gaps.
+DEPLOYMENT_GROUP, LAB_GROUP = "deployment", "lab"
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
     if not item.path.is_relative_to(LAB_TESTS):
         return None
-    for fixture, group in SHARED_ONCE.items():
-        if fixture in getattr(item, "fixturenames", ()):
-            return group
-    return item.path.relative_to(LAB_TESTS).as_posix()
-
-
-def run_order(item: pytest.Item) -> int:
-    if not item.path.is_relative_to(LAB_TESTS):
-        return len(LONGEST_FIRST) + 1
-    module = item.path.relative_to(LAB_TESTS).as_posix()
-    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+    return DEPLOYMENT_GROUP if "deployment" in getattr(item, "fixturenames", ()) else LAB_GROUP
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=run_order)  # stable: collection order within a module and among the rest
+    deployment_modules = {item.path for item in items if "deployment" in getattr(item, "fixturenames", ())}
     for item in items:
         group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if group is None:
+            continue
+        if item.path in deployment_modules:  # a module's tests stay together, fixtures or not
+            group = DEPLOYMENT_GROUP
+        item.add_marker(pytest.mark.xdist_group(group))
     marked = [item for item in items if item.get_closest_marker("lab") or item.get_closest_marker("engine")]
     misplaced = [item.nodeid for item in marked if not item.path.is_relative_to(LAB_TESTS)]
     if misplaced:  # `make unit` runs tests/unit alone, without root: lab and engine tests live in tests/lab
@@ -132,8 +111,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # the session's last item: its fleet is gone already, and nothing follows
     if not isinstance(fleet, LabFleet) or nextitem is None or nextitem.module is item.module:
         return
-    # the deployment's engines may be watched failing by the next module's checks: reset only what this used
-    ours = fleet.hosts[:2] if "deployment" in getattr(item, "fixturenames", ()) else fleet.hosts[2:]
+    group = item.get_closest_marker("xdist_group")
+    # each group resets only the hosts it serves from: the deployment's two, or the other two
+    ours = fleet.hosts[:2] if group is not None and group.args[0] == DEPLOYMENT_GROUP else fleet.hosts[2:]
     for host in ours:
         left = fleet.failed_units(host, reset=True).strip()
         if left:

@@ -157,7 +157,9 @@ class RolloutGuard:
                 if decision.verdict == "go" and self._claim(host):
                     self.ledger.out.add(host)
                     break
-                if decision.peers_out:  # they progress: --wait-available counts from when they are back
+                if decision.peers_out and set(decision.peers_out) <= self.ledger.out:
+                    # this run's own peers progress within their own deadlines: --wait-available counts from
+                    # when they are back; another run's, which this one cannot watch, get --wait-available
                     deadline = self.clock() + self.wait_s
                 elif self.clock() >= deadline:
                     why = f"held back after waiting {self.wait_s:g} s: {decision.reason}"

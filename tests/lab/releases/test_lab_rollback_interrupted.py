@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from gateway_lab import MODEL, Gateway, Stream
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.rollout_faults]
 
 UNIT_FILE = f"/etc/systemd/system/vllmctl-{MODEL}-0.service"
 NEW_FLAG = "--max-num-seqs 7"
