@@ -36,8 +36,8 @@ def read_script() -> str:
 
 def _locked(body: str) -> str:
     return (
-        f"mkdir -p {shell_word(OUT_DIR)} && exec 9>{shell_word(OUT_LOCK)} && flock -w {LOCK_WAIT_S} 9 "
-        "|| exit 1\n" + body
+        f"umask 022 && mkdir -p {shell_word(OUT_DIR)} && exec 9>{shell_word(OUT_LOCK)} "
+        f"&& flock -w {LOCK_WAIT_S} 9 || exit 1\n" + body
     )
 
 
@@ -87,11 +87,11 @@ class OutRecords:
     def stale(self, owner: str) -> bool:
         return is_stale(owner, this_controller(), self.alive)
 
-    def _run(self, host: str, script: str) -> tuple[int, str]:
+    def _run(self, host: str, script: str, sudo: bool = True) -> tuple[int, str]:
         with self._mutex:
             if host not in self._remotes:
                 self._remotes[host] = self.connect(host)
-            result = self._remotes[host].execute(Command(shell=script), self.timeout_s)
+            result = self._remotes[host].execute(Command(shell=script, sudo=sudo), self.timeout_s)
         return result.exited, result.stdout
 
     def read(self, models: Iterable[str]) -> list[OutRecord]:
@@ -100,7 +100,8 @@ class OutRecords:
         found: list[OutRecord] = []
         for host in sorted({self.keeper[m] for m in wanted if m in self.keeper}):
             try:
-                code, out = self._run(host, read_script())
+                # the records are world-readable (_locked's umask): a run that changes nothing runs no sudo
+                code, out = self._run(host, read_script(), sudo=False)
             except VllmctlError as exc:
                 self.errors.append(f"{host}: {exc.message}")
                 continue
