@@ -71,10 +71,17 @@ def _facts(args: Args) -> FactRequests:
     }
 
 
+def version_prefix(branch: str) -> str:
+    """What every Debian version of `branch` starts with, epoch aside: `580.95.05-` for a full release,
+    `580.95.` for a minor pin, `580.` for a branch."""
+    return branch + ("-" if branch.count(".") >= 2 else ".")
+
+
 def pin_preferences(branch: str) -> str:
     """The apt preferences that hold every NVIDIA package (driver, its libraries, Fabric Manager, NSCQ) at a
     release, epoch or not: apt resolves them all to it, down as well as up, as NVIDIA's pinning packages
     (`nvidia-driver-pinning-<version>`) do (NVIDIA Driver Installation Guide r580, "Version locking")."""
+    # the separator as a regex: a literal "-" after a full release, an escaped "." after a minor pin
     release = re.escape(branch) + ("-" if branch.count(".") >= 2 else r"\.")
     return (
         f"# vllmctl: driver.branch pins NVIDIA release {branch}\n"
@@ -110,7 +117,7 @@ def pinned_version(package: str, branch: str, facts: Facts) -> str:
             f"driver {branch} is not offered by this host's apt sources: {package} has {shown}",
             "pin a release the repository has (driver.branch), or add the repository that carries it",
         )
-    return f"{branch}-*" if branch.count(".") >= 2 else f"{branch}.*"
+    return version_prefix(branch) + "*"
 
 
 def _reboot_facts(args: Args) -> FactRequests:
@@ -144,8 +151,8 @@ def hold_branch(branch: str) -> Command:
     pick = (
         "'$1 ~ /^.i/ && $2 !~ /fabricmanager/ && substr($3, index($3, \":\") + 1, length(b)) == b {print $2}'"
     )
-    prefix = branch + ("-" if branch.count(".") >= 2 else ".")
-    return Command(shell=f"{query} | awk -v b={shell_word(prefix)} {pick} | xargs -r apt-mark hold")
+    prefix = shell_word(version_prefix(branch))
+    return Command(shell=f"{query} | awk -v b={prefix} {pick} | xargs -r apt-mark hold")
 
 
 def unheld_branch_packages(facts: Facts, version: str, package: str) -> list[str]:
