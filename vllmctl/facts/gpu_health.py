@@ -3,8 +3,9 @@
 NVSwitch devices (the driver's `/proc/driver/nvidia-nvswitch/devices`, as NVIDIA's driver container checks,
 and the `/dev/nvidia-nvswitch<N>` nodes), nouveau loaded, `NVRM: Xid` kernel lines since boot, the installed
 `nvidia-*`/`libnvidia-*` packages and their holds, and per GPU from `nvidia-smi -q`: persistence mode, MIG
-mode, the fabric state and status, uncorrectable ECC counts and pending page retirement / row remapping;
-the hardware sections of `gpu_hardware` (P2P matrix, ACS, IOMMU, Secure Boot, headers, DCGM) ride along.
+mode, the fabric state, status and health bandwidth, the PCIe link, uncorrectable ECC counts and pending page
+retirement / row remapping; the hardware sections of `gpu_hardware` (P2P matrix, ACS, IOMMU, Secure Boot,
+headers, DCGM) and the NVLink sections of `gpu_links` (link state, error counters) ride along.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from vllmctl.facts.base import Fact, fixed, lines
 from vllmctl.facts.gpu_hardware import HARDWARE_COMMAND, HARDWARE_MARKS, parse_hardware
+from vllmctl.facts.gpu_links import LINKS_COMMAND, LINKS_MARKS, parse_links, pcie_link
 
 NVSWITCH_MARK = "@@nvswitch"
 NOUVEAU_MARK = "@@nouveau"
@@ -41,6 +43,7 @@ GPU_HEALTH_COMMAND = (
     "'nvidia-*' 'libnvidia-*' 2>/dev/null; "
     f"echo {HOLDS_MARK}; apt-mark showhold 2>/dev/null; "
     f"{HARDWARE_COMMAND}"
+    f"{LINKS_COMMAND}"
     f"echo {SMI_MARK}; if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -q 2>&1; "
     f'echo "{SMI_EXIT_MARK} $?"; else echo "{SMI_EXIT_MARK} 127"; fi; true'
 )
@@ -117,6 +120,8 @@ def parse_gpu(block: list[str], index: int) -> dict[str, Any]:
         "mig_mode": _text(tree.get(("MIG Mode", "Current"))),
         "fabric_state": _text(tree.get(("Fabric", "State"))),
         "fabric_status": _text(tree.get(("Fabric", "Status"))),
+        "fabric_bandwidth": _text(tree.get(("Fabric", "Health", "Bandwidth"))),
+        "pcie": pcie_link(tree),
         "ecc_uncorrectable_volatile": _uncorrectable(tree, "Volatile"),
         "ecc_uncorrectable_aggregate": _uncorrectable(tree, "Aggregate"),
         "retired_pages_pending": _pending_retirement(tree),
@@ -162,6 +167,7 @@ def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
     current: str | None = None
     smi_exit = 127
     marks = {NVSWITCH_MARK, NOUVEAU_MARK, XID_MARK, PACKAGES_MARK, HOLDS_MARK, SMI_MARK, *HARDWARE_MARKS}
+    marks |= set(LINKS_MARKS)
     for line in output.splitlines():
         word = line.strip()
         if word in marks:
@@ -191,6 +197,7 @@ def parse_gpu_health(output: str, exit_code: int) -> dict[str, Any]:
         "held": held,
         "smi": parse_smi_query(sections.get(SMI_MARK, []), smi_exit),
         **parse_hardware(sections),
+        **parse_links(sections),
     }
 
 
