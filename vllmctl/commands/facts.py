@@ -13,6 +13,7 @@ from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.facts import HOST_FACTS
 from vllmctl.inventory import load_inventory
 from vllmctl.ops.gpu_health import verdict
+from vllmctl.ops.gpu_links import link_warnings
 from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
 
 SHOWN = (*HOST_FACTS, "units", "releases")
@@ -37,7 +38,8 @@ def summarize(name: str, value: Any, gpus_declared: int | None = None) -> str:
             return f"{value.get('status')}: {value.get('message', '')}".strip(": ")
         return ", ".join(f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB" for g in gpus) or "none"
     if name == "gpu_health":
-        return verdict(value, expected=gpus_declared)
+        warned = [f"warning: {w}" for w in link_warnings(value)]
+        return "; ".join([verdict(value, expected=gpus_declared), *warned])
     if name == "os_release":
         return str(value.get("pretty_name", "?"))
     if name == "kernel":

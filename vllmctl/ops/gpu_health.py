@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, noop, run
+from vllmctl.ops.gpu_links import link_warnings
 
 # Xids whose immediate action in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/
 # analyzing-xid-catalog.html) is a GPU reset or a reboot (RESET_GPU, RESTART_BM, the Xid 48 workflow):
@@ -287,12 +288,12 @@ def _plan(args: Args, facts: Facts) -> Step:
     found = gpu_findings(health, None if in_use is None else list(in_use), groups, expected)
     if not found:
         reason = verdict(health, in_use, groups, expected) + f"; engines of {', '.join(models)} may start"
-        warned = tuple(tp_warnings(health, facts.get("gpu_topology"), groups))
+        warned = (*tp_warnings(health, facts.get("gpu_topology"), groups), *link_warnings(health))
         return Step("gpu_health", "gpus", noop=reason, warnings=warned)
     lines = [f"GPU health gate: engines of {', '.join(models)} not started", *(f.render() for f in found)]
     # the refusal is a step that fails with the evidence: the host stops before its services phase
     refuse = run("sh", "-c", 'printf "%s\\n" "$@" >&2; exit 1', "gpu-health", *lines, sudo=False)
-    return Step("gpu_health", "gpus", (refuse,), warnings=tuple(lines[1:]))
+    return Step("gpu_health", "gpus", (refuse,), warnings=(*lines[1:], *link_warnings(health)))
 
 
 GPU_HEALTH = Operation(
