@@ -235,6 +235,42 @@ def ecc_lines(gpu: dict[str, Any]) -> list[str]:
     return lines
 
 
+def pci_lines(gpu: dict[str, Any]) -> list[str]:
+    """The PCI section's `GPU Link Info` (gpus.json's `pcie`): Max is the lower of the GPU's generation
+    (Device Max) and the slot's (Host Max), as the real tool reports it."""
+    pcie = gpu.get("pcie") or {}
+    device = int(pcie.get("gen_max", 4))
+    host = int(pcie.get("host_gen_max", device))
+    current = min(int(pcie.get("gen_current", device)), device, host)  # a link trains at most to both
+    width_max = int(pcie.get("width_max", 16))
+    width = min(int(pcie.get("width_current", width_max)), width_max)
+    return [
+        "    PCI",
+        f"        Bus Id : {gpu['pci_bus_id']}",
+        "        GPU Link Info",
+        "            PCIe Generation",
+        f"                Max : {min(device, host)}",
+        f"                Current : {current}",
+        f"                Device Current : {current}",
+        f"                Device Max : {device}",
+        f"                Host Max : {host}",
+        "            Link Width",
+        f"                Max : {width_max}x",
+        f"                Current : {width}x",
+    ]
+
+
+def fabric_health_lines(gpu: dict[str, Any], doc: dict[str, Any], state: str) -> list[str]:
+    """Fabric's `Health` subsection, printed from driver 565 on (a 565 H100 prints `Bandwidth : N/A` there,
+    570 adds route-recovery lines): gpus.json's per-GPU `fabric_bandwidth`, else Full once the fabric is
+    Completed, N/A outside a fabric."""
+    if int(doc["driver"]["branch"]) < 565:
+        return []
+    default = "Full" if state == "Completed" else "N/A"
+    bandwidth = "N/A" if state == "N/A" else gpu.get("fabric_bandwidth") or default
+    return ["        Health", f"            Bandwidth : {bandwidth}"]
+
+
 def query_details(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
     """`nvidia-smi -q`: the real tool's layout (`Key : value`, nested by four spaces) for the fields
     vllmctl reads; values padded to one column as the real tool does."""
@@ -261,9 +297,11 @@ def query_details(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
             f"        Current : {mig}",
             f"        Pending : {mig}",
             f"    GPU UUID : {gpu['uuid']}",
+            *pci_lines(gpu),
             "    Fabric",
             f"        State : {state}",
             f"        Status : {status}",
+            *fabric_health_lines(gpu, doc, state),
             *ecc_lines(gpu),
             "    Temperature",
             "        GPU Current Temp : 30 C",
@@ -272,6 +310,53 @@ def query_details(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
         key, sep, value = line.partition(" : ")
         sys.stdout.write(f"{key:<42}: {value}\n" if sep else line + "\n")
     return 0
+
+
+# per-link speed as `nvidia-smi nvlink -s` prints it: NVLink4 (H100/H200) 26.562 GB/s, NVLink5 53.125 GB/s
+NVLINK_SPEEDS = (("B200", "53.125 GB/s"), ("A100", "25.000 GB/s"))
+NVLINK_COUNTERS = (("replay", "Replay Errors"), ("recovery", "Recovery Errors"), ("crc", "CRC Errors"))
+ALL_INACTIVE = "NVML: Unable to retrieve NVLink information as all links are inActive"
+
+
+def nvlink_status(gpus: list[dict[str, Any]]) -> int:
+    """`nvlink -s`: each of the GPU's `nvlink_links` at its speed, those in `nvlink_down` `<inactive>`; a GPU
+    without links prints its header alone, one with every link down NVML's line instead."""
+    for gpu in gpus:
+        sys.stdout.write(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})\n")
+        links = int(gpu.get("nvlink_links") or 0)
+        down = {int(link) for link in gpu.get("nvlink_down") or []}
+        if links and set(range(links)) <= down:
+            sys.stdout.write(ALL_INACTIVE + "\n")
+            continue
+        speed = next((s for name, s in NVLINK_SPEEDS if name in gpu["name"]), "26.562 GB/s")
+        for link in range(links):
+            sys.stdout.write(f"\t Link {link}: {'<inactive>' if link in down else speed}\n")
+    return 0
+
+
+def nvlink_errors(gpus: list[dict[str, Any]]) -> int:
+    """`nvlink -e`: Replay, Recovery and CRC counters per link, a blank line between links; gpus.json's
+    `nvlink_errors` ({"3": {"crc": 12}}) sets them."""
+    for gpu in gpus:
+        sys.stdout.write(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})\n")
+        counts = gpu.get("nvlink_errors") or {}
+        links = int(gpu.get("nvlink_links") or 0)
+        for link in range(links):
+            mine = counts.get(str(link)) or {}
+            for key, label in NVLINK_COUNTERS:
+                sys.stdout.write(f"\t Link {link}: {label}: {int(mine.get(key, 0))}\n")
+            if link < links - 1:
+                sys.stdout.write("\n")
+    return 0
+
+
+def nvlink(args: list[str], gpus: list[dict[str, Any]]) -> int:
+    if "-s" in args or "--status" in args:
+        return nvlink_status(gpus)
+    if "-e" in args or "--errorcounters" in args:
+        return nvlink_errors(gpus)
+    sys.stdout.write("Invalid combination of input arguments. Please run 'nvidia-smi nvlink -h' for help.\n")
+    return EXIT_BAD_ARGS
 
 
 def make_devices(doc: dict[str, Any]) -> int:
@@ -323,6 +408,8 @@ def main(args: list[str]) -> int:
         return query_apps(apps, gpus)
     if "-L" in args or "--list-gpus" in args:
         return list_gpus(gpus)
+    if args[:1] == ["nvlink"]:
+        return nvlink(args[1:], gpus)
     if "-q" in args or "--query" in args:
         return query_details(gpus, doc)
     if args[:1] == ["topo"] and "-m" in args:

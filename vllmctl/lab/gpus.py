@@ -20,17 +20,20 @@ class GpuModel:
     memory_mib: int
     compute_cap: str
     nvswitches: int = 0  # on an 8-GPU HGX baseboard: 6 (A100), 4 (H100/H200), 2 (B200)
+    nvlink_links: int = 0  # NVLink links per GPU on an HGX baseboard: 12 (A100), 18 (H100/H200/B200)
+    pcie_gen: int = 4  # the GPU's PCIe generation (nvidia-smi's Device Max)
+    pcie_width: int = 16
 
 
 # A small lab table; the full catalog lives in vllmctl/catalog.
 GPU_MODELS: dict[str, GpuModel] = {
     m.key.upper(): m
     for m in (
-        GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, "9.0", 4),
-        GpuModel("H200", "NVIDIA H200", 143771, "9.0", 4),
-        GpuModel("B200", "NVIDIA B200", 183359, "10.0", 2),
-        GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, "8.0", 6),
-        GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, "8.0", 6),
+        GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, "9.0", 4, nvlink_links=18, pcie_gen=5),
+        GpuModel("H200", "NVIDIA H200", 143771, "9.0", 4, nvlink_links=18, pcie_gen=5),
+        GpuModel("B200", "NVIDIA B200", 183359, "10.0", 2, nvlink_links=18, pcie_gen=5),
+        GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, "8.0", 6, nvlink_links=12),
+        GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, "8.0", 6, nvlink_links=12),
         GpuModel("L40S", "NVIDIA L40S", 46068, "8.9"),
         GpuModel("L4", "NVIDIA L4", 23034, "8.9"),
         GpuModel("A10G", "NVIDIA A10G", 23028, "8.6"),
@@ -120,6 +123,18 @@ def driver_fields(release: DriverRelease | None) -> dict[str, str] | None:
     return {"branch": release.branch, "version": release.version, "cuda_version": release.cuda_version}
 
 
+def _pcie(model: GpuModel) -> dict[str, int]:
+    """Trained at what the GPU can do; a test narrows `width_current` or lowers `host_gen_max`."""
+    gen, width = model.pcie_gen, model.pcie_width
+    return {
+        "gen_max": gen,
+        "gen_current": gen,
+        "host_gen_max": gen,
+        "width_max": width,
+        "width_current": width,
+    }
+
+
 def gpus_document(host: str, gpus: HostGpus, driver: DriverRelease | None) -> dict[str, Any]:
     """The per-host /etc/vllmctl-lab/gpus.json the fake nvidia-smi answers from."""
     devices = []
@@ -136,6 +151,9 @@ def gpus_document(host: str, gpus: HostGpus, driver: DriverRelease | None) -> di
                     "pci_bus_id": f"00000000:{(0x18 + 0x10 * index) % 0x100:02X}:00.0",
                     "uuid": uuid,
                     "compute_cap": gpus.model.compute_cap,
+                    # NVLink links only on an HGX baseboard, as its NVSwitches; PCIe cards have none
+                    "nvlink_links": gpus.model.nvlink_links if gpus.count == HGX_GPUS else 0,
+                    "pcie": _pcie(gpus.model),
                 }
             )
     # an HGX profile: eight SXM GPUs on NVSwitches, whose Fabric section the fake nvidia-smi -q shows
