@@ -14,6 +14,7 @@ from vllmctl.catalog.arch import ModelArch, parse_config
 from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
+from vllmctl.planner.hybrid_kv import is_hybrid
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
 
@@ -44,7 +45,9 @@ class Case:
 
     @property
     def started(self) -> bool:
-        return bool(self.record.get("available_kv_cache_gib") or self.record.get("gpu_kv_cache_tokens"))
+        figures = self.record.get("available_kv_cache_gib") or self.record.get("gpu_kv_cache_tokens")
+        # a source that says it served (e.g. 'reached RUNNING') without quoting the KV lines: `started: true`
+        return bool(figures or self.record.get("started"))
 
 
 def _model_id(record: dict[str, Any]) -> str:
@@ -52,14 +55,27 @@ def _model_id(record: dict[str, Any]) -> str:
     return match[0] if match else ""
 
 
+def raw_config(record: dict[str, Any], configs: Path | None) -> dict[str, Any] | None:
+    """The config.json copy in `configs/<org>__<name>.json` for the record's model, or for the architecture
+    its `config` field names (a checkpoint the log shows to share a published model's shape)."""
+    if configs is None:
+        return None
+    model = str(record.get("config") or _model_id(record))
+    path = configs / f"{model.replace('/', '__')}.json"
+    if not path.exists():
+        return None
+    entry = json.loads(path.read_text())
+    return dict(entry.get("config", entry))
+
+
 def load_model(record: dict[str, Any], configs: Path | None) -> ModelArch | None:
-    """The catalog's architecture, else a config.json copy in `configs/<org>__<name>.json`."""
+    """The catalog's architecture, else a config.json copy in `configs/<org>__<name>.json`; None for a hybrid
+    attention / linear-attention config, whose layers the planner's architecture cannot hold (only its KV
+    layout is replayed, planner_accuracy.hybrid_tokens)."""
     model = _model_id(record)
-    if configs is not None:
-        path = configs / f"{model.replace('/', '__')}.json"
-        if path.exists():
-            entry = json.loads(path.read_text())
-            return parse_config(entry.get("config", entry), model)
+    config = raw_config(record, configs)
+    if config is not None:
+        return None if is_hybrid(config) else parse_config(config, model)
     try:
         return load_arch(model, online=False)
     except VllmctlError:
@@ -140,9 +156,15 @@ def _compile_cache(record: dict[str, Any]) -> str:
 
 
 def _media_items(record: dict[str, Any]) -> int:
-    """Images + videos per prompt from the command's --limit-mm-per-prompt (vision models); 0 if not given."""
-    found = re.search(r"limit[-_]mm[-_]per[-_]prompt\W*\{([^}]*)\}", str(record.get("quote") or ""))
-    return sum(int(n) for n in re.findall(r":\s*(\d+)", found[1])) if found else 0
+    """Images + videos per prompt from the command's --limit-mm-per-prompt (vision models); without one, the
+    images vLLM logs it profiled the encoder with under its default limits ('profiled with 1 image items of
+    the maximum feature size'); 0 otherwise (a video profile is set aside: the planner does not model it)."""
+    quote = str(record.get("quote") or "")
+    found = re.search(r"limit[-_]mm[-_]per[-_]prompt\W*\{([^}]*)\}", quote)
+    if found:
+        return sum(int(n) for n in re.findall(r":\s*(\d+)", found[1]))
+    logged = re.search(r"profiled with (\d+) image items", quote)
+    return int(logged[1]) if logged else 0
 
 
 def settings_for(record: dict[str, Any], arch: ModelArch, gpu: GpuModel) -> VllmSettings:

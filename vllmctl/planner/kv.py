@@ -41,7 +41,11 @@ class KvLayout:
         return size, sum(cdiv(count, size) for count in counts)
 
     def max_usage_bytes(self, kind: str, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Per-layer bytes one request at max_model_len can need (SlidingWindowSpec caps it)."""
+        """Per-layer bytes one request at max_model_len can need (SlidingWindowSpec caps it; a linear-
+        attention or Mamba state is one page whatever the length: v1/kv_cache_interface.py,
+        MambaSpec.max_memory_usage_bytes without speculative blocks)."""
+        if kind == "mamba":
+            return self.page_bytes
         if kind == "sliding":
             tokens = min(self.sliding_window - 1 + max_num_batched_tokens, max_model_len)
             return (cdiv(tokens, self.block_size) + 1) * self.page_bytes
