@@ -13,10 +13,11 @@ model's config.json (issue #49). The linear-attention layers keep a fixed state 
 * the layers grouped as for any hybrid manager (kv.py: groups of the smaller layer count), so
   tokens = available // page // group size // groups x block size ('GPU KV cache size').
 
-Checked on two cited Qwen3-Next-80B-A3B starts: 2x H200, bf16, 0.10.2 (block 544, 44.59 GiB -> 973,760
-tokens) and 2x L40S, fp8 KV, 0.13.0 (block 1072, 17.58 GiB -> 767,552 tokens), both exact. The planner's
-architecture (catalog/arch.py ModelArch) carries no linear-attention fields yet, so `vllm_memory` does not
-use this layout and hybrid starts' available KV (their weights and profile peak) is not modelled.
+Checked on three cited starts, block and tokens exact: Qwen3-Next-80B-A3B on 2x H200, bf16, 0.10.2 (block
+544, 44.59 GiB -> 973,760 tokens) and on 2x L40S, fp8 KV, 0.13.0 (block 1072, 17.58 GiB -> 767,552 tokens);
+Qwen3.5-9B on an L40S, 0.19.0, its float32 recurrent state (block 528, 20.27 GiB -> 165,792 tokens). The
+planner's architecture (catalog/arch.py ModelArch) carries no linear-attention fields yet, so `vllm_memory`
+does not use this layout and hybrid starts' available KV (their weights and profile peak) is not modelled.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def hybrid_shape(config: Mapping[str, Any]) -> HybridShape:
         interval = int(text.get("full_attention_interval", 4))
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
-    state_dtype = str(text.get("mamba_ssm_cache_dtype") or dtype)
+    # the recurrent state's dtype: --mamba-ssm-cache-dtype when set, else the config's own (Qwen3.5 publishes
+    # mamba_ssm_dtype float32: its 0.19.0 start aligns a 528-token block to it, 272 with a bf16 state)
+    state_dtype = str(text.get("mamba_ssm_cache_dtype") or text.get("mamba_ssm_dtype") or dtype)
     return HybridShape(
         layer_types=tuple(str(t) for t in types),
         num_kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
