@@ -7,10 +7,11 @@ sliding window; what a config leaves out takes its transformers class's default 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vllmctl.catalog.class_defaults import with_class_defaults
+from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
 from vllmctl.errors import InputError
 
@@ -73,6 +74,8 @@ class ModelArch:
     # Positions of each rotary cos/sin cache where the model builds more than one or sizes it otherwise than
     # max_position_embeddings (Gemma 3: a local and a global rope, the global one x its linear factor).
     rope_positions: tuple[int, ...] = ()
+    # (field, value) the config left out and no known config class fills: guessed (catalog/guessed.py)
+    guessed: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -117,9 +120,7 @@ def _architecture(config: dict[str, Any]) -> str:
 def _derived_max_len(config: dict[str, Any]) -> int:
     """vLLM's _get_and_verify_max_len (config/model.py, 0.11.0): the smallest of the length keys, then rope
     scaling stretches it (yarn from its original length) except su/longrope/llama3 and Gemma 3."""
-    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_target_positions",
-            "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
-    lengths = [_int(config, key) for key in keys if _int(config, key)]
+    lengths = [_int(config, key) for key in LENGTH_KEYS if _int(config, key)]
     length = _int(config, "model_max_length") or (min(lengths) if lengths else 2048)
     scaling = config.get("rope_scaling")
     if isinstance(scaling, dict) and "gemma3" not in str(config.get("model_type", "")):
@@ -181,7 +182,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     if config.get("sliding_window") and config.get("use_sliding_window", True):
         sliding = _int(config, "sliding_window")
     layer_types = _layer_types(config, layers)
-    return ModelArch(
+    arch = ModelArch(
         name=name,
         model_type=str(config.get("model_type", "unknown")),
         num_layers=layers,
@@ -221,6 +222,11 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         mtp_layers=_int(config, "num_nextn_predict_layers"),
         rope_positions=_rope_positions(config),
     )
+    used = {"num_key_value_heads": arch.num_kv_heads, "intermediate_size": arch.intermediate_size,
+            "max_position_embeddings": arch.max_position_embeddings}  # fmt: skip
+    if arch.is_moe:
+        used["moe_intermediate_size"] = arch.moe_intermediate_size
+    return replace(arch, guessed=guessed_fields(config, used))
 
 
 # Qwen2-VL / Qwen2.5-VL processors accept images up to max_pixels = 12845056 (3584²) by default.

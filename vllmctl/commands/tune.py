@@ -17,7 +17,8 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.runner.tune import TuneOutcome, TuneRequest, tune
-from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff
+from vllmctl.runner.tune_write import write_scope, write_tuned
+from vllmctl.status.proposals import Proposal, engine_args_diff
 from vllmctl.tune.search import Trial, knobs_for, winner
 from vllmctl.tune.workload import parse_workload
 
@@ -38,7 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--concurrency", default="1,2,4,8,16", help="load levels, in requests in flight")
     parser.add_argument("--budget", type=float, default=30.0, help="minutes; no candidate starts after")
     parser.add_argument("--max-trials", type=int, default=8, help="candidates run at most (refused ones: 0)")
-    parser.add_argument("--write", metavar="PATH", help="write the inventory with the winner to PATH")
+    parser.add_argument(
+        "--write",
+        metavar="PATH",
+        help="write the inventory with the winner to PATH (refused unless all the model's hosts have the "
+        "measured host's GPUs and engine)",
+    )
     parser.add_argument(
         "--health-timeout", type=float, default=600.0, help="seconds a candidate may take to serve"
     )
@@ -85,6 +91,8 @@ def _request(args: argparse.Namespace) -> TuneRequest:
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
     request = _request(args)
+    if args.write:
+        write_scope(request)  # refused before the sweep: the model's other hosts would get it unmeasured
     if not args.yes:
         return _plan(request, ui)
     outcome = tune(request, ui.info)
@@ -93,7 +101,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     changes = {k: v for k, v in (best.changes if best else {}).items() if current.get(k) != v}
     proposal = Proposal(args.model, current, changes, _reason(outcome, best))
     if args.write:
-        Path(args.write).write_text(changed_inventory(Path(args.inventory).read_text(), [proposal]))
+        write_tuned(args.inventory, args.write, proposal)
     ok = bool(outcome.restored.get("ok"))
     if args.json:
         ui.json(_json(outcome, proposal, args.write))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import InputError, VllmctlError
 from vllmctl.planner.choose import plan_vllm
+from vllmctl.planner.guesses import guess_reasons
 from vllmctl.planner.sglang_choose import plan_sglang
 from vllmctl.planner.types import PROFILES, Decision, DeploymentPlan, DeploymentRequest, Replica
 from vllmctl.planner.vllm_memory import MemoryBreakdown
@@ -43,8 +45,12 @@ def plan_deployment(
 
 def _plan(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: DeploymentRequest) -> DeploymentPlan:
     if request.engine == "sglang":
-        return plan_sglang(arch, gpu, gpu_count, request)
-    return plan_vllm(arch, gpu, gpu_count, request)
+        plan = plan_sglang(arch, gpu, gpu_count, request)
+    else:
+        plan = plan_vllm(arch, gpu, gpu_count, request)
+    if not arch.guessed:
+        return plan
+    return replace(plan, warnings=(*plan.warnings, *guess_reasons(arch)), guessed=arch.guessed)
 
 
 class _Key:

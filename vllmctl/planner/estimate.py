@@ -10,6 +10,7 @@ from typing import Any
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GpuModel
 from vllmctl.catalog.params import total_params
+from vllmctl.planner.guesses import check_guesses, guess_reasons
 from vllmctl.planner.model_runner import runner_reason
 from vllmctl.planner.rules import Refusal, unchecked_warnings
 from vllmctl.planner.rules.base import HostResources
@@ -38,6 +39,7 @@ def vllm_estimate(
 ) -> Estimate:
     """vLLM's startup for exactly these settings; `given` names the flags the user set."""
     arch = with_explicit_quantization(arch, settings.quantization)
+    check_guesses(arch, gpu, settings, "max_model_len" in given)
     guard = Guard(arch, gpu, max(settings.tp * settings.dp, 1), given, host, chosen=frozenset())
     static = guard.refusals(settings)
     mem = vllm_memory(arch, gpu, settings)
@@ -90,6 +92,8 @@ def vllm_estimate(
         )
     if settings.kv_cache_memory_bytes:
         out["reasons"].append("--kv-cache-memory given: vLLM skips the memory budget and uses it as is")
+    out["reasons"] += guess_reasons(arch)
+    out["guessed"] = dict(arch.guessed)
     users = tuple(r for r in static if set(r.flags) & given)
     model = tuple(r for r in static if not set(r.flags) & given)
     warnings = tuple(unchecked_warnings(settings, host, given))
@@ -109,5 +113,7 @@ def sglang_estimate(arch: ModelArch, gpu: GpuModel, settings: SglangSettings) ->
         "and graphs",
         f"weights {mem.weights_gib:.2f} GiB per GPU; KV {mem.available_kv_cache_gib:.2f} GiB / cell "
         f"{mem.cell_size_bytes:,} bytes = {mem.kv_cache_tokens:,} tokens",
+        *guess_reasons(arch),
     ]
+    out["guessed"] = dict(arch.guessed)
     return Estimate(out)

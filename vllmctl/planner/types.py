@@ -93,6 +93,7 @@ class DeploymentPlan:
     memory: MemoryBreakdown | SglangMemory
     reasons: tuple[Decision, ...]
     warnings: tuple[str, ...] = ()
+    guessed: tuple[tuple[str, int], ...] = ()  # config fields no known class gives (catalog/guessed.py)
 
     def reason_for(self, flag: str) -> Decision | None:
         return next((d for d in self.reasons if d.flag == flag), None)
@@ -110,4 +111,5 @@ class DeploymentPlan:
             "memory": self.memory.to_json(),
             "reasons": [d.to_json() for d in self.reasons],
             "warnings": list(self.warnings),
+            "guessed": dict(self.guessed),
         }

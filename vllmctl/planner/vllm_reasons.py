@@ -8,6 +8,7 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
+from vllmctl.planner.guesses import check_guesses
 from vllmctl.planner.margin import Margin, margin
 from vllmctl.planner.presets import sampling_plan
 from vllmctl.planner.rules import Refusal
@@ -76,6 +77,7 @@ def finish_plan(
     guard: Guard,
 ) -> DeploymentPlan:
     s, mem = chosen.settings, chosen.memory
+    check_guesses(arch, gpu, s, bool(request.max_model_len) or "max_model_len" in explicit)
     settled = {d.flag: d for d in reasons}  # decisions made while resolving the base settings
     reasons = [d for d in reasons if d.flag not in ("max_num_seqs", "max_num_batched_tokens")]
     util = s.gpu_memory_utilization
