@@ -20,12 +20,22 @@ from vllmctl.console import Ui
 from vllmctl.engine_flags import DTYPES
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, InputError
 from vllmctl.planner.estimate import Estimate, sglang_estimate, vllm_estimate
-from vllmctl.planner.multimodal import default_limits_unmodelled
+from vllmctl.planner.multimodal import (
+    default_limits_unmodelled,
+    profiled_item,
+    resolved_limits,
+    video_unmodelled,
+)
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.planner.rules.model import ENGINE_RELEASE_FLAG
 from vllmctl.planner.settings import DEFAULT_SWAP_SPACE_GIB, VllmSettings
 from vllmctl.planner.sglang_memory import SglangSettings
-from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
+from vllmctl.planner.versions import (
+    Version,
+    default_batch_limits,
+    default_gpu_memory_utilization,
+    parse_version,
+)
 from vllmctl.planner.weights import checkpoint_gib
 
 DEFAULT_VERSIONS = {"vllm": "0.11.0", "sglang": "0.5.2"}
@@ -154,13 +164,28 @@ def given_flags(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(_FLAG_NAMES.get(name, name) for name in names) | {ENGINE_RELEASE_FLAG}
 
 
-def _media(arch: ModelArch, args: argparse.Namespace) -> int:
+def _media(
+    arch: ModelArch, args: argparse.Namespace, version: Version, max_model_len: int
+) -> tuple[int, int]:
+    """(items, videos) per prompt the encoder is profiled with: the flags', else vLLM's default limits, whose
+    profile is the modality of the most tokens per item (a video where the release's processor makes one
+    larger than an image); refused where that video is not modelled."""
     if arch.vision is None:
-        return 0
-    unmodelled = default_limits_unmodelled(arch)
-    if unmodelled and args.images_per_prompt is None and args.videos_per_prompt is None:
-        raise unmodelled
-    return (1 if args.images_per_prompt is None else args.images_per_prompt) + (args.videos_per_prompt or 0)
+        return 0, 0
+    if args.images_per_prompt is None and args.videos_per_prompt is None:
+        unmodelled = default_limits_unmodelled(arch, version, max_model_len)
+        if unmodelled:
+            raise unmodelled
+        item = profiled_item(arch, version, resolved_limits(arch, version, None), max_model_len)
+        return (2, 1) if item is not None and item.modality == "video" else (1, 0)
+    images = 1 if args.images_per_prompt is None else args.images_per_prompt
+    videos = args.videos_per_prompt or 0
+    why = video_unmodelled(arch, version, {"image": images, "video": videos}, max_model_len)
+    if why:
+        raise InputError(
+            why, "give --videos-per-prompt 0 (and video: 0 in --limit-mm-per-prompt on vllm serve)"
+        )
+    return images + videos, videos
 
 
 def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text: str) -> Estimate:
@@ -172,6 +197,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
     if args.max_num_batched_tokens is not None and args.max_num_seqs is None:
         seqs = min(seqs, args.max_num_batched_tokens)  # vLLM's own default (arg_utils._set_default_args)
     kv_bytes = parse_size(args.kv_cache_memory, "b", "--kv-cache-memory") if args.kv_cache_memory else None
+    media, videos = _media(arch, args, version, max_model_len)
     quant = None if args.quantization in ("auto", "none") else args.quantization
     settings = VllmSettings(
         version=version, tp=args.tp, pp=args.pp,
@@ -180,7 +206,7 @@ def _vllm(args: argparse.Namespace, arch: ModelArch, gpu: GpuModel, version_text
         max_num_seqs=args.max_num_seqs or seqs, max_num_batched_tokens=args.max_num_batched_tokens or tokens,
         kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager,
         kv_cache_memory_bytes=int(kv_bytes) if kv_bytes else None, block_size=args.block_size,
-        expert_parallel=args.enable_expert_parallel, mm_items=_media(arch, args), dtype=args.dtype,
+        expert_parallel=args.enable_expert_parallel, mm_items=media, mm_videos=videos, dtype=args.dtype,
         quantization=quant, dp=args.data_parallel_size, enable_eplb=args.enable_eplb,
         num_redundant_experts=args.num_redundant_experts,
         swap_space_gib=DEFAULT_SWAP_SPACE_GIB if args.swap_space is None else args.swap_space,

@@ -13,11 +13,12 @@ from vllmctl.catalog.gpus import GpuModel
 from vllmctl.errors import PlanError
 from vllmctl.planner.infeasible import infeasible_error, tight_fit_error
 from vllmctl.planner.lora import with_side_memory_reasons
+from vllmctl.planner.multimodal import resolved_limits, video_unmodelled
 from vllmctl.planner.rules import unchecked_warnings, valid_tp_sizes
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.tuning import normalize_args, profile_tuning
 from vllmctl.planner.types import Decision, DeploymentPlan, DeploymentRequest
-from vllmctl.planner.versions import parse_version
+from vllmctl.planner.versions import Version, parse_version
 from vllmctl.planner.vllm_base import (
     base_settings,
     explicit_flags,
@@ -32,24 +33,25 @@ from vllmctl.planner.vllm_reasons import Candidate, evaluate, finish_plan
 MAX_PIPELINE_NODES = 16
 
 
-def _media_limits(arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any]) -> dict[str, int]:
-    """Items per prompt by modality the encoder is profiled with (limit_mm_per_prompt, else the request)."""
+def _media_limits(
+    arch: ModelArch, request: DeploymentRequest, explicit: dict[str, Any], version: Version
+) -> dict[str, int]:
+    """Items per prompt by modality vLLM runs with: limit_mm_per_prompt, a modality it does not name at the
+    release's default (999 on V1, not 0), else the request's."""
     if arch.vision is None:
         return {}
     limits = explicit.get("limit_mm_per_prompt")
     if isinstance(limits, dict):
-        return {str(k): int(v) for k, v in limits.items() if isinstance(v, int) and not isinstance(v, bool)}
+        given = {str(k): int(v) for k, v in limits.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return resolved_limits(arch, version, given)
     return {"image": request.images_per_prompt, "video": request.videos_per_prompt}
 
 
-def _video_unmodelled(arch: ModelArch) -> PlanError:
-    # vLLM profiles one video of as many frames as the context holds (get_num_frames_with_most_features)
+def _video_unmodelled(arch: ModelArch, why: str) -> PlanError:
     return PlanError(
-        f"{arch.name} with videos per prompt: vLLM profiles its encoder with one video of as many frames as "
-        "the context holds, which the planner does not model (a public Qwen3-VL-30B-A3B start on 4x RTX 3090 "
-        "held 2.7 GiB more per GPU than an image profile), so it cannot promise this fits",
-        "options: videos_per_prompt: 0 (images only); or tight_fit: true to accept the image-based estimate "
-        "(vLLM may still refuse it)",
+        f"{why}, so it cannot promise this fits",
+        "options: videos_per_prompt: 0 (images only; with limit_mm_per_prompt, give video: 0); or "
+        "tight_fit: true to accept the image-based estimate (vLLM may still refuse it)",
     )
 
 
@@ -57,15 +59,20 @@ def plan_vllm(arch: ModelArch, gpu: GpuModel, gpu_count: int, request: Deploymen
     version = parse_version(request.engine_version)
     explicit = normalize_args(request.engine_args)
     arch = with_explicit_quantization(arch, explicit.get("quantization"))
-    limits = _media_limits(arch, request, explicit)
-    if limits.get("video") and not request.tight_fit:
-        raise _video_unmodelled(arch)
+    limits = _media_limits(arch, request, explicit, version)
+    if isinstance(explicit.get("limit_mm_per_prompt"), dict):  # rendered with every modality vLLM runs
+        explicit = {**explicit, "limit_mm_per_prompt": limits}
     wanted_len = int(explicit.get("max_model_len") or request.max_model_len or arch.max_position_embeddings)
+    unmodelled = video_unmodelled(arch, version, limits, wanted_len)
+    if unmodelled and not request.tight_fit:
+        raise _video_unmodelled(arch, unmodelled)
     chunked = explicit.get("enable_chunked_prefill")
     chunked_flag = None if chunked is None else bool(chunked)
     tuning = profile_tuning(request.profile, version, gpu, wanted_len, chunked_flag)
     media = sum(limits.values())
     start = base_settings(arch, gpu, version, explicit, request, tuning, media)
+    if limits.get("video"):  # sized where the release's video is known (tight_fit takes it unchecked)
+        start = replace(start, settings=replace(start.settings, mm_videos=limits["video"]))
     reasons: list[Decision] = list(start.decisions)
     warnings: list[str] = []
     guard = Guard(arch, gpu, gpu_count, explicit_flags(explicit, request), request.host, request.nodes)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.planner.multimodal import resolved_limits
 from vllmctl.planner.tuning import normalize_args
 from vllmctl.planner.types import Decision, DeploymentRequest
+from vllmctl.planner.versions import parse_version
 
 # (values, why) per use case. Temperature 0 is greedy: top_p no longer matters, so it is left alone.
 USE_CASES: dict[str, tuple[dict[str, float], str]] = {
@@ -227,7 +229,10 @@ def _media_limits(
         return None, [f"multimodal is set but {arch.name} has no vision encoder; ignored"] if asked else []
     cpu = "the CPU build sizes its own memory, so no encoder memory is planned"
     if "limit_mm_per_prompt" in explicit:
-        return Decision("limit_mm_per_prompt", explicit["limit_mm_per_prompt"], f"explicit; {cpu}"), []
+        given = explicit["limit_mm_per_prompt"]
+        if isinstance(given, dict):  # a modality left out runs at the release's default: written out
+            given = resolved_limits(arch, parse_version(request.engine_version), given)
+        return Decision("limit_mm_per_prompt", given, f"explicit; {cpu}"), []
     limits = {"image": request.images_per_prompt, "video": request.videos_per_prompt}
     source = "multimodal" if asked else "default: 1 image, no video (set multimodal: to allow more)"
     return Decision("limit_mm_per_prompt", limits, f"{source}; {cpu}"), []

@@ -49,6 +49,7 @@ class VllmSettings:
     capture_sizes: tuple[int, ...] | None = None  # compilation_config cudagraph_capture_sizes; None: default
     expert_parallel: bool = False
     mm_items: int = 0  # images + videos per prompt the encoder is profiled with (vision-language models)
+    mm_videos: int = 0  # the videos among them (limit_mm_per_prompt's video)
     dtype: str = "auto"  # --dtype as given; "auto" resolves from the checkpoint and the GPU
     quantization: str | None = None  # --quantization as given; None reads the checkpoint's
     dp: int = 1  # data_parallel_size inside one engine

@@ -10,8 +10,9 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB
-from vllmctl.planner.multimodal import encoder_memory
+from vllmctl.planner.multimodal import default_limit, encoder_memory, resolved_limits
 from vllmctl.planner.settings import VllmSettings
+from vllmctl.planner.tuning import normalize_args
 from vllmctl.planner.types import Decision, DeploymentRequest
 from vllmctl.planner.versions import cudagraph_capture_sizes
 from vllmctl.planner.vllm_memory import MemoryBreakdown, cudagraph_bytes
@@ -122,13 +123,31 @@ def multimodal_decision(
         note = f"multimodal is set but {arch.name} has no vision encoder; ignored"
         return None, [note] if asked else []
     limits = {"image": request.images_per_prompt, "video": request.videos_per_prompt}
-    enc = encoder_memory(arch, s.tp, s.max_num_batched_tokens, s.max_num_seqs, s.mm_items)
+    enc = encoder_memory(
+        arch, s.tp, s.max_num_batched_tokens, s.max_num_seqs, s.mm_items, s.mm_videos, s.version,
+        s.max_model_len,
+    )  # fmt: skip
     memory = (
         f"vision encoder {enc.weights / GIB:.2f} GiB weights + {enc.activation / GIB:.2f} GiB profile "
-        f"activation ({enc.items_profiled} largest item(s) of {enc.tokens_per_item:,} tokens) + "
-        f"{enc.outputs / GIB:.2f} GiB kept embeddings"
+        f"activation ({enc.items_profiled} largest {enc.modality} item(s) of {enc.tokens_per_item:,} "
+        f"tokens) + {enc.outputs / GIB:.2f} GiB kept embeddings"
     )
     if "limit_mm_per_prompt" in explicit:
-        return Decision("limit_mm_per_prompt", explicit["limit_mm_per_prompt"], f"explicit; {memory}"), []
+        given = normalize_args(request.engine_args).get(
+            "limit_mm_per_prompt", explicit["limit_mm_per_prompt"]
+        )
+        return _explicit_limits(arch, s, given, f"explicit; {memory}"), []
     source = "multimodal" if asked else "default: 1 image, no video (set multimodal: to allow more)"
     return Decision("limit_mm_per_prompt", limits, f"{source}; {memory}"), []
+
+
+def _explicit_limits(arch: ModelArch, s: VllmSettings, given: Any, why: str) -> Decision:
+    """The user's limit_mm_per_prompt with every modality it leaves out written at the release's default,
+    which vLLM would give it anyway (999 on V1, not 0): what runs is what was planned."""
+    if not isinstance(given, dict):
+        return Decision("limit_mm_per_prompt", given, why)
+    filled = resolved_limits(arch, s.version, given)
+    added = sorted(set(filled) - set(given))
+    if added:
+        why += f"; {', '.join(added)} not given: vLLM's default {default_limit(s.version)} written out"
+    return Decision("limit_mm_per_prompt", filled, why)

@@ -186,8 +186,9 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
     extra = side_weight_bytes(arch, settings) + ropes
     weights_per_stage = tuple(w + extra for w in weights_per_stage)
     encoder = encoder_memory(
-        arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items
-    )
+        arch, settings.tp, settings.max_num_batched_tokens, settings.max_num_seqs, settings.mm_items,
+        settings.mm_videos, settings.version, settings.max_model_len,
+    )  # fmt: skip
     nccl = nccl_bytes(settings.tp, settings.pp, gpu.interconnect)
     nccl_in_budget = settings.version < NCCL_OUTSIDE_BUDGET_SINCE and nccl > 0
     estimate_graphs = graph_estimate_in_budget(arch, settings, CUDAGRAPH_PROFILING_SINCE)

@@ -173,7 +173,7 @@ def test_videos_are_not_promised_a_fit_without_tight_fit() -> None:
     arch = load_arch("Qwen/Qwen2.5-VL-7B-Instruct")
     with pytest.raises(PlanError) as caught:
         plan_deployment(arch, H100, 1, DeploymentRequest(max_model_len=32768, videos_per_prompt=1))
-    assert "profiles its encoder with one video" in str(caught.value)
+    assert "profiles its encoder with a video" in str(caught.value)
     assert "videos_per_prompt: 0" in caught.value.hint
     explicit = {"limit_mm_per_prompt": {"image": 1, "video": 2}}
     with pytest.raises(PlanError):
