@@ -167,7 +167,12 @@ class CpuEnginePlan:
         """The inventory's engine_args as written, plus each decision they do not already make."""
         given = normalize_args(dict(explicit))
         added = {d.flag: d.value for d in self.decisions if d.flag not in given}
-        return {**explicit, **added}
+        args = {**explicit, **added}
+        limits = next((d for d in self.decisions if d.flag == "limit_mm_per_prompt"), None)
+        if limits is not None and isinstance(limits.value, dict):  # every modality written out, as it runs
+            args = {k: v for k, v in args.items() if normalize_args({k: v}).keys() != {"limit_mm_per_prompt"}}
+            args["limit_mm_per_prompt"] = limits.value
+        return args
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -110,6 +110,16 @@ def test_sampling_wins_over_use_case_and_seed_becomes_the_engine_seed(units: Uni
     assert "--seed 11" in line
 
 
+def test_a_partial_multimodal_limit_on_cpu_is_written_out_with_vllms_default(load: Load) -> None:
+    # vLLM 0.32.0 gives a modality the limit leaves out 999 (config/multimodal.py), not 0: the unit says so
+    inv = load(
+        HEAD + "  tiny: {source: Qwen/Qwen2.5-VL-7B-Instruct, hosts: lab-1, "
+        "engine_args: {limit_mm_per_prompt: {image: 3}}}\n"
+    )
+    plan = deployment_plans(inv, ["lab-1"], online=False)["lab-1"]["tiny"]
+    assert dict(plan.engine_args) == {"limit_mm_per_prompt": {"image": 3, "video": 999}}
+
+
 def test_a_vision_model_on_cpu_gets_its_multimodal_limit_but_no_encoder_memory(load: Load) -> None:
     inv = load(
         HEAD
