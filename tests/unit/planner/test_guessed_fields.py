@@ -121,3 +121,29 @@ def test_without_transformers_the_same_config_names_its_guesses(monkeypatch: pyt
     config = dict(catalog_entries()["mistralai/mistral-7b-instruct-v0.2"]["config"])
     del config["num_key_value_heads"]
     assert parse_config(config, "mistral").guessed == (("num_key_value_heads", 32),)
+
+
+def test_plan_names_a_guess_and_refuses_the_one_past_the_band_at_its_inventory_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, config in (("small", SMALL), ("large", LARGE)):
+        (tmp_path / name).mkdir()
+        _config(tmp_path / name, config)
+    inventory = tmp_path / "fleet.yml"
+    inventory.write_text(
+        "vllmctl: 1\n"
+        "hosts:\n  gpu-1: {address: 10.0.0.1, gpus: {model: H100-80GB, count: 2}}\n"
+        "models:\n"
+        f"  small: {{source: {tmp_path / 'small'}, hosts: gpu-1, port: 8000, max_model_len: 4096}}\n"
+        f"  large: {{source: {tmp_path / 'large'}, hosts: gpu-1, port: 8100}}\n"
+    )
+    assert main(["plan", str(inventory), "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    entries = {e["model"]: e for e in data["entries"]}
+    assert entries["small"]["plan"]["guessed"] == {"num_key_value_heads": 8}
+    assert "does not give num_key_value_heads" in entries["large"]["error"]
+    (problem,) = data["problems"]
+    assert (problem["line"], problem["field"]) == (6, "models.large")
+    large = tmp_path / "large"
+    assert problem["message"].startswith(f"{large}: config.json does not give num_key_value_heads")
+    assert "add num_key_value_heads to the config.json" in problem["hint"]
