@@ -12,12 +12,13 @@ NVLINK_STATUS_MARK = "@@nvlink-status"
 NVLINK_ERRORS_MARK = "@@nvlink-errors"
 LINKS_MARKS = (NVLINK_STATUS_MARK, NVLINK_ERRORS_MARK)
 # `-e` only where `-s` printed a link: a host without NVLink pays one `nvlink -s` (a GPU header each, or
-# NVML's "all links are inActive" line), no second call
+# NVML's "all links are inActive" line), no second call. Its zero counters are dropped on the host: 8 GPUs
+# of 18 links print ~20 KB of them, and a round trip's facts are kept to kilobytes
 LINKS_COMMAND = (
     f"echo {NVLINK_STATUS_MARK}; if command -v nvidia-smi >/dev/null 2>&1; then "
     "links=$(nvidia-smi nvlink -s 2>/dev/null); printf '%s\\n' \"$links\"; "
     f"if printf '%s\\n' \"$links\" | grep -q 'Link [0-9]'; then echo {NVLINK_ERRORS_MARK}; "
-    "nvidia-smi nvlink -e 2>/dev/null; fi; fi; "
+    "nvidia-smi nvlink -e 2>/dev/null | grep -v -e ': 0$' -e '^[[:space:]]*$'; fi; fi; "
 )
 
 # `GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`, then `\t Link 3: 26.562 GB/s` or `\t Link 3: <inactive>`;

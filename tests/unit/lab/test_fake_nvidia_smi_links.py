@@ -149,6 +149,8 @@ def test_the_facts_fragment_reads_both_commands_and_the_warnings_name_each_fault
 ) -> None:
     sections = _sections(_links_section(faulty, tmp_path))
     assert list(sections) == ["@@nvlink-status", "@@nvlink-errors"]
+    # the host sends each GPU's header and its non-zero counters only, not 432 zero lines
+    assert len(sections["@@nvlink-errors"]) == 8 + 2
     health = {
         "nvswitch": ["/dev/nvidia-nvswitch0"],
         "smi": parse_smi_query(smi(faulty, tmp_path, "-q").splitlines(), 0),
