@@ -322,3 +322,40 @@ def test_gpu_memory_a_foreign_process_holds_refuses_the_host_before_any_start_an
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
     steps = {s["op"]: s for s in json.loads(checked.stdout)["hosts"][good.name]["steps"]}
     assert steps["gpu_memory"]["noop"] == "every planned GPU share is free of other processes"
+
+
+def test_a_link_down_and_a_narrow_pcie_link_are_warned_while_the_host_serves(gate: Gate) -> None:
+    """GPU 3 loses NVLink link 5 and GPU 6 trains its PCIe link at x8 of x16 (gpus.json, which the lab's
+    nvidia-smi answers `nvlink -s` and `-q` from): `apply` serves the host, its gate step passing with both
+    as warnings, and `facts` shows both after the healthy verdict."""
+    good = gate.fleet.hosts[2]
+    edit = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); {}; json.dump(d, open(p, 'w'))"
+    faults = "d['gpus'][3]['nvlink_down']=[5]; d['gpus'][6]['pcie']['width_current']=8"
+    link = "GPU 3 (00000000:48:00.0) has NVLink link 5 inactive, 17 of 18 up"
+    narrow = "GPU 6 (00000000:78:00.0) PCIe link trained at x8 of x16"
+    gate.sh(good, 'sudo python3 -c "' + edit.format(faults) + '"')
+    try:
+        applied = gate.vllmctl("apply", str(gate.inventory), "--json", "--limit", good.name)
+        assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-2000:]
+        result = json.loads(applied.stdout)["hosts"][good.name]
+        (step,) = [s for s in result["steps"] if s["op"] == "gpu_health"]
+        assert step["status"] == "ok" and step["noop"].startswith("healthy: 8 GPUs"), step
+        warned = [w.split(": ", 1)[1].split(" (`")[0] for w in step["warnings"]]
+        assert warned == [link, narrow], step["warnings"]
+        assert [s for s in result["steps"] if s["phase"] == "services"]
+        models = httpx.get(f"http://{good.address}:8000/v1/models", timeout=30, trust_env=False)
+        assert models.status_code == 200
+        shown = gate.vllmctl("facts", str(gate.inventory), "--json", "--limit", good.name)
+        assert shown.returncode == 0, shown.stderr
+        health = json.loads(shown.stdout)[good.name]["facts"]["gpu_health"]
+        links = {r["index"]: r for r in health["nvlink_links"]}
+        assert (links[3]["links"], links[3]["inactive"]) == (18, [5])
+        assert {i for i, r in links.items() if r["inactive"]} == {3}
+        assert health["smi"]["gpus"][6]["pcie"]["width_current"] == 8
+        table = " ".join(gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout.split())
+        assert "healthy: 8 GPUs, fabric Completed; warning: nvlink: " + link in table, table
+        assert "warning: pcie: " + narrow in table, table
+    finally:  # the host serves as before for whatever runs after
+        heal = "d['gpus'][3].pop('nvlink_down', None); d['gpus'][6]['pcie']['width_current']=16"
+        gate.sh(good, 'sudo python3 -c "' + edit.format(heal) + '"')
+    assert "warning:" not in gate.vllmctl("facts", str(gate.inventory), "--limit", good.name).stdout
