@@ -24,6 +24,7 @@ from vllmctl.transport.target import SSH_CONFIG_FILES, SshTarget, resolve_target
 SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 STALE_PARTIAL_MIN = 24 * 60  # a partial push of a file no run has asked for in a day is removed
+QUIET_AFTER_EXIT_S = 2.0  # the output still arriving after the exit status: no new byte this long ends it
 
 
 class SshTransport:
@@ -226,12 +227,15 @@ def _collect(channel: paramiko.Channel, timeout: float | None) -> tuple[str, str
     # a local deadline a little after the remote `timeout`, in case the remote side hangs entirely
     deadline = None if timeout is None else time.monotonic() + timeout + 10
     out, err = bytearray(), bytearray()
+    last_data = time.monotonic()
     while True:
         if channel.recv_ready():
             out += channel.recv(65536)
+            last_data = time.monotonic()
         elif channel.recv_stderr_ready():
             err += channel.recv_stderr(65536)
-        elif channel.exit_status_ready() or (channel.closed and channel.eof_received):
+            last_data = time.monotonic()
+        elif channel.closed or (channel.eof_received and channel.exit_status_ready()):
             break
         elif deadline is not None and time.monotonic() > deadline:
             channel.close()
@@ -240,6 +244,13 @@ def _collect(channel: paramiko.Channel, timeout: float | None) -> tuple[str, str
             # the output is complete and the exit status follows; paramiko keeps the channel's pipe readable
             # forever after EOF, so a select here would spin (one host spun ~1,000 times, starving the rest)
             channel.status_event.wait(0.5)
+        elif channel.exit_status_ready():
+            # sshd may send the exit status before the last of the output (the rest waits on the channel's
+            # window): read on to EOF, unless nothing arrives for a while, as when a process the command left
+            # in the background holds its output open and EOF never comes
+            if time.monotonic() - last_data > QUIET_AFTER_EXIT_S:
+                break
+            select.select([channel], [], [], 0.2)
         else:
             select.select([channel], [], [], 0.5)
     while channel.recv_ready():
