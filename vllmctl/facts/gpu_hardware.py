@@ -1,4 +1,5 @@
-"""Hardware sections of the `gpu_health` fact's round trip: NVLink5 management devices, Secure Boot, kernel
+"""Hardware sections of the `gpu_health` fact's round trip: NVLink5 management devices (sysfs and lspci's
+VPD), Secure Boot, kernel
 and its headers, DCGM, IOMMU words, PCI bridges with ACS on, and the `nvidia-smi topo -p2p r` matrix.
 """
 
@@ -27,8 +28,9 @@ HARDWARE_COMMAND = (
     f'echo {KERNEL_MARK}; uname -r; [ -d "/lib/modules/$(uname -r)/build" ] && echo {HEADERS_WORD}; '
     f"echo {DCGM_MARK}; command -v dcgmi 2>/dev/null; "
     f"echo {CMDLINE_MARK}; cat /proc/cmdline 2>/dev/null; "
-    # only each device's first line and its ACS control line: the full -vvv text runs to megabytes
-    f"echo {LSPCI_MARK}; lspci -vvv 2>/dev/null | grep -E '^[0-9a-fA-F]|ACSCtl:'; "
+    # only each device's first line, its ACS control line and a VPD field naming NVLink5 switch management
+    # (`SMDL=SW_MNG` on HGX B200/B300's ConnectX bridges): the full -vvv text runs to megabytes
+    f"echo {LSPCI_MARK}; lspci -vvv 2>/dev/null | grep -E '^[0-9a-fA-F]|ACSCtl:|SW_MNG'; "
     f"echo {P2P_MARK}; nvidia-smi topo -p2p r 2>/dev/null; "
 )
 
@@ -76,6 +78,19 @@ def parse_acs_bridges(lines: Sequence[str]) -> list[str]:
     return sorted(set(found))
 
 
+def parse_sw_mng(lines: Sequence[str]) -> list[str]:
+    """The devices whose Vital Product Data in `lspci -vvv` names NVLink5 switch management (`SW_MNG`): the
+    ConnectX bridge functions an HGX B200/B300 manages its NVSwitches through (it has no NVSwitch node)."""
+    found: list[str] = []
+    device: str | None = None
+    for line in lines:
+        if line[:1] not in (" ", "\t", ""):
+            device = line.split()[0]
+        elif device and "SW_MNG" in line:
+            found.append(device)
+    return sorted(set(found))
+
+
 def parse_p2p(lines: Sequence[str]) -> dict[str, Any] | None:
     """`nvidia-smi topo -p2p r`: a header of `GPU<n>` columns, one row per GPU, `X` on the diagonal, then a
     legend. None when nothing of the kind was printed (no nvidia-smi, no driver, an old tool)."""
@@ -103,8 +118,10 @@ def parse_p2p(lines: Sequence[str]) -> dict[str, Any] | None:
 def parse_hardware(sections: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     kernel = [w.strip() for w in sections.get(KERNEL_MARK, []) if w.strip()]
     release = kernel[0] if kernel and kernel[0] != HEADERS_WORD else ""
+    bridges = parse_sw_mng(sections.get(LSPCI_MARK, []))
     return {
-        "nvlink5": any(w.strip() for w in sections.get(NVLINK5_MARK, [])),
+        "nvlink5": any(w.strip() for w in sections.get(NVLINK5_MARK, [])) or bool(bridges),
+        "nvlink5_bridges": bridges,
         "secure_boot": parse_secure_boot(sections.get(SECURE_BOOT_MARK, [])),
         "kernel_release": release,
         "kernel_headers": HEADERS_WORD in kernel,

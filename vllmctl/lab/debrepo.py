@@ -17,6 +17,7 @@ NVLSM and DCGM Exporter stand-ins only install, hold and run as the real ones do
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,8 +30,9 @@ from vllmctl.ops.engine import CPU_VARIANT_DEBS
 from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 from vllmctl.tasks.gateway import VIP_PACKAGES
 
-# Bump when the packages below change so the cached repository is rebuilt.
-REPO_VERSION = "11"
+# Bump when the packages below change so the cached repository is rebuilt; the daemons the packages carry
+# are part of the cache's name (repo_dir), so a change to them rebuilds it too.
+REPO_VERSION = "12"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case), and
 # the older 580 release a pin can ask for
 MISMATCHED_FM = "580.82.07"
@@ -280,7 +282,8 @@ def _nvidia_layout(repo: Path, scratch: Path) -> None:
 
 
 def repo_dir() -> Path:
-    return base.CACHE_DIR / f"debian-v{REPO_VERSION}"
+    daemons = hashlib.sha256(Path(gpu_daemons.__file__).read_bytes()).hexdigest()[:8]
+    return base.CACHE_DIR / f"debian-v{REPO_VERSION}-{daemons}"
 
 
 def ensure_repo() -> Path:

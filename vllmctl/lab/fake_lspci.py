@@ -5,7 +5,10 @@
 Each GPU is a `3D controller` line at its bus id (`(rev ff)` for one gpus.json marks `lost`); each entry of
 `pci_bridges` ({"address", "acs"}) is a PCI bridge whose ACSCtl reads `SrcValid+ ... ReqRedir+` (ACS on, P2P
 redirected through the root complex) or all `-`. The lines follow real `lspci -vvv` output of a PLX PEX 8747
-switch. Copied as /usr/bin/lspci; standard library only.
+switch. An NVLink5 board's `sw_mng_bridges` are ConnectX-7 InfiniBand functions whose Vital Product Data
+carries `SMDL=SW_MNG`, the field NVIDIA's NVSwitch management bridges are told apart by from the NICs of the
+same device ID (a vfio helper's `detect_cx7_bridge_pfs` reads it from `lspci -vv`). Copied as /usr/bin/lspci;
+standard library only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,18 @@ BRIDGE = (
 )
 ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
 ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+CONNECTX7 = "Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]"
+
+
+def _vpd(index: int) -> list[str]:
+    return [
+        "\tCapabilities: [48] Vital Product Data",
+        "\t\tProduct Name: NVIDIA NVLink switch management bridge",
+        "\t\tRead-only fields:",
+        f"\t\t\t[SN] Serial number: MT2500{index:05d}",
+        "\t\t\t[VA] Vendor specific: MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX7:SMDL=SW_MNG",
+        "\t\tEnd",
+    ]
 
 
 def devices(doc: dict[str, Any], verbose: bool) -> list[str]:
@@ -28,6 +43,9 @@ def devices(doc: dict[str, Any], verbose: bool) -> list[str]:
     for bridge in doc.get("pci_bridges") or []:
         details = [f"\t\tACSCtl:\t{ACS_ON if bridge.get('acs') else ACS_OFF}"] if verbose else []
         shown.append((str(bridge["address"]), [f"{bridge['address']} {BRIDGE}", *details]))
+    for index in range(int(doc.get("sw_mng_bridges") or 0)):
+        address = f"{0xC1 + index:02x}:00.0"
+        shown.append((address, [f"{address} {CONNECTX7}", *(_vpd(index) if verbose else [])]))
     for gpu in doc.get("gpus") or []:
         address = str(gpu.get("pci_bus_id", "")).lower().removeprefix("00000000:")
         # a GPU fallen off the bus reads all ones from its config space: lspci shows it as (rev ff)

@@ -199,9 +199,10 @@ def p2p(gpus: list[dict[str, Any]], doc: dict[str, Any]) -> int:
 
 
 def fabric(doc: dict[str, Any]) -> tuple[str, str]:
-    """(state, status) of the Fabric section: N/A without NVSwitches; on an HGX profile what gpus.json says
-    (`fabric`, which the lab's Fabric Manager sets), Not Started when it says nothing."""
-    if not doc.get("nvswitches"):
+    """(state, status) of the Fabric section: N/A outside an NVLink fabric (no NVSwitches, no NVLink5 switch
+    bridges); on an HGX profile what gpus.json says (`fabric`, which the lab's Fabric Manager sets), Not
+    Started when it says nothing."""
+    if not doc.get("nvswitches") and not doc.get("sw_mng_bridges"):
         return "N/A", "N/A"
     found = doc.get("fabric") or {}
     return str(found.get("state", "Not Started")), str(found.get("status", "N/A"))

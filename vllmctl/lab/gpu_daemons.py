@@ -3,8 +3,10 @@
 
 `gpu_daemons.py fabricmanager VERSION`: as Fabric Manager, it refuses to start when the driver is not exactly
 VERSION ("fabric manager NVIDIA driver interface version ... don't match with driver version ...",
-NVIDIA/gpu-operator#544), or when the host has no NVSwitch; otherwise it marks the fabric Completed in
-/etc/vllmctl-lab/gpus.json and runs until stopped. `fabricmanager --stopped` marks it Not Started again.
+NVIDIA/gpu-operator#544), when the host has neither NVSwitch nodes nor NVLink5 switch bridges
+(NV_WARN_NOTHING_TO_DO), and on an NVLink5 board (HGX B200) when NVLSM is not installed or ib_umad not loaded
+(its nvlsm error, siderolabs/docs#581); otherwise it marks the fabric Completed in
+/etc/vllmctl-lab/gpus.json and runs until stopped. `fabricmanager --stopped` marks it unregistered again.
 
 `gpu_daemons.py persistenced [--user U] [--no-persistence-mode] [--verbose]`: as nvidia-persistenced, it
 sets every GPU's persistence mode Enabled while it runs, Disabled under `--no-persistence-mode` (the flag
@@ -25,6 +27,9 @@ from typing import Any
 
 GPUS_JSON = os.environ.get("VLLMCTL_LAB_GPUS", "/etc/vllmctl-lab/gpus.json")
 NOT_STARTED = {"state": "Not Started", "status": "N/A"}
+IN_PROGRESS = {"state": "In Progress", "status": "N/A"}  # an NVLink5 GPU waiting for Fabric Manager
+NVLSM_BINARY = os.environ.get("VLLMCTL_LAB_NVLSM", "/opt/nvidia/nvlsm/sbin/nvlsm")
+UMAD = os.environ.get("VLLMCTL_LAB_UMAD", "/dev/infiniband/umad0")
 COMPLETED = {"state": "Completed", "status": "Success"}
 
 
@@ -79,14 +84,32 @@ def run_until_stopped() -> int:
     return 0
 
 
+def _nvlink5_refusal() -> str | None:
+    """What stops Fabric Manager on an NVLink5 board: its start script runs NVLSM first, needing ib_umad."""
+    if not os.path.exists(NVLSM_BINARY):
+        return f"Detected NVL5+ system; {NVLSM_BINARY} not found: install nvlsm"
+    if not os.path.exists(UMAD):
+        return (
+            "nvlsm: ibwarn: [15] umad_init: can't read ABI version from "
+            "/sys/class/infiniband_mad/abi_version (No such file or directory): is ib_umad module loaded?"
+        )
+    return None
+
+
 def fabricmanager(args: list[str]) -> int:
     if args == ["--stopped"]:
-        set_fabric(NOT_STARTED)
+        set_fabric(IN_PROGRESS if load().get("sw_mng_bridges") else NOT_STARTED)
         return 0
     (version,) = args
     doc = load()
-    if not doc.get("nvswitches"):
-        print("fabric manager: no NVSwitch devices found on this system", flush=True)
+    refused = _nvlink5_refusal() if doc.get("sw_mng_bridges") else None
+    if not doc.get("nvswitches") and not doc.get("sw_mng_bridges"):
+        refused = (
+            "request to query NVSwitch device information from NVSwitch driver failed with error:WARNING "
+            "Nothing to do [NV_WARN_NOTHING_TO_DO]"
+        )
+    if refused:
+        print(refused, flush=True)
         return 1
     driver = (doc.get("driver") or {}).get("version")
     if driver != version:

@@ -19,7 +19,10 @@ class GpuModel:
     smi_name: str  # what nvidia-smi prints
     memory_mib: int
     compute_cap: str
-    nvswitches: int = 0  # on an 8-GPU HGX baseboard: 6 (A100), 4 (H100/H200), 2 (B200)
+    nvswitches: int = 0  # NVSwitch device nodes on an 8-GPU HGX baseboard: 6 (A100), 4 (H100/H200)
+    # NVLink5 (HGX B200): no NVSwitch nodes; the switches are managed through ConnectX bridge functions whose
+    # VPD says SMDL=SW_MNG (NVIDIA/gpu-operator#2781, siderolabs/extensions#893 shows four on an HGX B200)
+    sw_mng_bridges: int = 0
     nvlink_links: int = 0  # NVLink links per GPU on an HGX baseboard: 12 (A100), 18 (H100/H200/B200)
     pcie_gen: int = 4  # the GPU's PCIe generation (nvidia-smi's Device Max)
     pcie_width: int = 16
@@ -31,7 +34,7 @@ GPU_MODELS: dict[str, GpuModel] = {
     for m in (
         GpuModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, "9.0", 4, nvlink_links=18, pcie_gen=5),
         GpuModel("H200", "NVIDIA H200", 143771, "9.0", 4, nvlink_links=18, pcie_gen=5),
-        GpuModel("B200", "NVIDIA B200", 183359, "10.0", 2, nvlink_links=18, pcie_gen=5),
+        GpuModel("B200", "NVIDIA B200", 183359, "10.0", sw_mng_bridges=4, nvlink_links=18, pcie_gen=5),
         GpuModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, "8.0", 6, nvlink_links=12),
         GpuModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, "8.0", 6, nvlink_links=12),
         GpuModel("L40S", "NVIDIA L40S", 46068, "8.9"),
@@ -123,6 +126,11 @@ def driver_fields(release: DriverRelease | None) -> dict[str, str] | None:
     return {"branch": release.branch, "version": release.version, "cuda_version": release.cuda_version}
 
 
+def _unregistered(model: GpuModel) -> dict[str, str]:
+    state = "In Progress" if model.sw_mng_bridges else "Not Started"
+    return {"state": state, "status": "N/A"}
+
+
 def _pcie(model: GpuModel) -> dict[str, int]:
     """Trained at what the GPU can do; a test narrows `width_current` or lowers `host_gen_max`."""
     gen, width = model.pcie_gen, model.pcie_width
@@ -162,7 +170,9 @@ def gpus_document(host: str, gpus: HostGpus, driver: DriverRelease | None) -> di
         "product": gpus.model.key if gpus.model else None,
         "driver": driver_fields(driver) if gpus.model else None,
         "nvswitches": gpus.model.nvswitches if hgx and gpus.model else 0,
-        # Completed only while a Fabric Manager of the driver's exact version runs (lab/gpu_daemons.py)
-        "fabric": {"state": "Not Started", "status": "N/A"} if hgx else None,
+        "sw_mng_bridges": gpus.model.sw_mng_bridges if hgx and gpus.model else 0,
+        # Completed only while a Fabric Manager of the driver's exact version runs (lab/gpu_daemons.py); an
+        # NVLink5 GPU waits In Progress for it (the Fabric Manager user guide, siderolabs/extensions#717)
+        "fabric": _unregistered(gpus.model) if hgx and gpus.model else None,
         "gpus": devices,
     }

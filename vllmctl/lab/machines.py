@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from vllmctl.lab import fake_lspci, fake_nvidia_smi
+from vllmctl.lab import fake_lspci, fake_modprobe, fake_nvidia_smi
 from vllmctl.lab.base import OPS_USER
 from vllmctl.lab.layout import FleetLayout, LabHost
 from vllmctl.lab.sh import run, try_run
@@ -56,12 +56,15 @@ def mount_overlay(base_root: Path, host_dir: Path) -> Path:
 
 DEVICES_UNIT = "lab-gpu-devices.service"
 DEVICES_UNIT_TEXT = """[Unit]
-Description=vllmctl lab: the simulated GPU board's device files (NVSwitch nodes of an HGX profile)
+Description=vllmctl lab: the simulated board's device files (HGX NVSwitch nodes, modules-load.d modules)
+# as systemd-modules-load and the driver's device nodes, done before Fabric Manager's precheck looks
+Before=nvidia-fabricmanager.service
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/usr/bin/nvidia-smi --lab-make-devices
+ExecStart=/usr/sbin/modprobe --lab-boot
 
 [Install]
 WantedBy=multi-user.target
@@ -91,6 +94,7 @@ def personalise(
     _write(root / "etc/vllmctl-lab/gpus.json", json.dumps(gpus, indent=2) + "\n")
     _write(root / "usr/bin/nvidia-smi", Path(fake_nvidia_smi.__file__).read_text(), 0o755)
     _write(root / "usr/bin/lspci", Path(fake_lspci.__file__).read_text(), 0o755)
+    _write(root / "usr/sbin/modprobe", Path(fake_modprobe.__file__).read_text(), 0o755)
     # /dev is a fresh tmpfs at every boot: a boot unit makes the HGX profile's NVSwitch device files
     _write(root / f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT)
     wants = root / "etc/systemd/system/multi-user.target.wants"

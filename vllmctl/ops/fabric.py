@@ -1,5 +1,5 @@
-"""Fabric Manager and NSCQ on NVSwitch hosts, pure: each at exactly the running driver's version, under the
-name the host's apt sources offer it by, held; the service enabled and running; nothing without NVSwitches.
+"""Fabric Manager and NSCQ on NVSwitch and NVLink5 hosts, pure: each at exactly the running driver's version,
+under the name the host's apt sources offer it by, held; the service enabled and running; nothing elsewhere.
 
 Without Fabric Manager CUDA fails at init with error 802, "system not yet initialized"
 (gpustack/gpustack#4154); it refuses to start on a driver one patch apart (NVIDIA/gpu-operator#544), and an
@@ -80,8 +80,12 @@ def _plan(args: Args, facts: Facts) -> Step:
     if not branch:
         return noop("fabric_manager", "fabric", "no driver branch pinned (driver.branch)")
     health: Facts = facts.get("gpu_health") or {}
-    if not health.get("nvswitch"):
-        return noop("fabric_manager", "fabric", "no NVSwitch on this host: Fabric Manager is not needed")
+    if not (health.get("nvswitch") or health.get("nvlink5")):
+        return noop(
+            "fabric_manager",
+            "fabric",
+            "no NVSwitch and no NVLink5 switch management device on this host: Fabric Manager is not needed",
+        )
     driver = running_driver(facts.get("gpus"))
     if driver is None:
         return noop("fabric_manager", FM_BASE, "no running driver yet: Fabric Manager follows its version")

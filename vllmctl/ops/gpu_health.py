@@ -7,29 +7,15 @@ with the evidence and the fix, so that host's engines are never started while th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllmctl.ops.base import Args, FactRequests, Facts, Operation, Step, noop, run
+from vllmctl.ops.gpu_findings import RESET_XIDS, Finding, xid_findings
 from vllmctl.ops.gpu_links import link_warnings
 
-# Xids whose immediate action in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/
-# analyzing-xid-catalog.html) is a GPU reset or a reboot (RESET_GPU, RESTART_BM, the Xid 48 workflow):
-# seen since boot, the GPU has not been reset since and must not serve.
-RESET_XIDS: Mapping[int, str] = {
-    48: "double-bit (uncorrectable) ECC error",
-    62: "internal micro-controller halt",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-}
-# Xid 154 states the recovery the driver now requires; these need a reset or a reboot
-XID_154_RESET = ("Reset Required", "Reboot Required", "Drain and Reset")
+__all__ = ["RESET_XIDS", "Finding", "fabric_host", "gpu_findings", "tp_warnings", "verdict", "xid_findings"]
+
 FABRIC_OK = "Completed"
 # `nvidia-smi topo -p2p r` legend; GNS (a GPU without P2P, e.g. GeForce) is no fault of the host: NCCL goes
 # through host memory there and no setting brings P2P back, so it is not refused
@@ -47,57 +33,41 @@ P2P_FIX = (
 )
 
 
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    evidence: str
-    fix: str
-
-    def render(self) -> str:
-        return f"{self.check}: {self.evidence} (fix: {self.fix})"
-
-
 def _gpu_word(gpu: Mapping[str, Any]) -> str:
     return f"GPU {gpu.get('index')} ({gpu.get('pci_bus_id')})"
 
 
-def _xid_findings(xids: Iterable[Mapping[str, Any]]) -> list[Finding]:
-    found: list[Finding] = []
-    for xid in xids:
-        code, text = int(xid["xid"]), str(xid.get("text", ""))
-        now = text.rsplit(" to ", 1)[
-            -1
-        ]  # "recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
-        reset_154 = code == 154 and any(words in now for words in XID_154_RESET)
-        if code not in RESET_XIDS and not reset_154:
-            continue
-        what = RESET_XIDS.get(code, "GPU recovery action changed")
-        times = int(xid.get("count", 1))
-        often = f", {times} times" if times > 1 else ""
-        found.append(
-            Finding(
-                "xid",
-                f"NVRM: Xid {code} ({what}) on PCI {xid.get('pci')} since boot{often}: {text}".rstrip(": "),
-                "NVIDIA's Xid catalog asks for a GPU reset or reboot: drain the host, reboot it "
-                "(or `nvidia-smi -r -i <gpu>`), and replace the GPU if the Xid comes back",
-            )
-        )
-    return found
+def fabric_host(health: Mapping[str, Any]) -> bool:
+    """GPUs joined by an NVLink fabric: NVSwitch device nodes (HGX A100/H100/H200), NVLink5 switch management
+    devices (HGX B200/B300, which have no NVSwitch nodes), or any GPU that reports a fabric state at all
+    (`nvidia-smi -q` prints N/A for a GPU outside a fabric): their CUDA waits on the fabric."""
+    if health.get("nvswitch") or health.get("nvlink5"):
+        return True
+    return any(g.get("fabric_state") for g in (health.get("smi") or {}).get("gpus") or [])
 
 
-def _gpu_checks(gpu: Mapping[str, Any], nvswitch: bool, used: bool) -> list[Finding]:
+def _fabric_fix(health: Mapping[str, Any]) -> str:
+    nvlsm = "install and hold nvlsm, `modprobe ib_umad`, " if health.get("nvlink5") else ""
+    return (
+        f"{nvlsm}install nvidia-fabricmanager at exactly the driver's version, `systemctl enable --now "
+        "nvidia-fabricmanager`, and wait for fabric state Completed (`nvidia-smi -q | grep -A2 Fabric`)"
+    )
+
+
+def _gpu_checks(gpu: Mapping[str, Any], health: Mapping[str, Any], used: bool) -> list[Finding]:
     where = _gpu_word(gpu)
     found: list[Finding] = []
     state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
-    if nvswitch and (state != FABRIC_OK or status not in ("Success", None)):
+    if fabric_host(health) and (state != FABRIC_OK or status not in ("Success", None)):
+        kind = (
+            "an NVLink5" if health.get("nvlink5") else "an NVSwitch" if health.get("nvswitch") else "a fabric"
+        )
         found.append(
             Finding(
                 "fabric",
-                f"{where} fabric state {state or 'unknown'}, status {status or 'unknown'} on an NVSwitch "
-                "host (CUDA fails with error 802, system not yet initialized)",
-                "install nvidia-fabricmanager at exactly the driver's version, `systemctl enable --now "
-                "nvidia-fabricmanager`, and wait for fabric state Completed "
-                "(`nvidia-smi -q | grep -A2 Fabric`)",
+                f"{where} fabric state {state or 'unknown'}, status {status or 'unknown'} on {kind} host "
+                "(CUDA fails with error 802, system not yet initialized)",
+                _fabric_fix(health),
             )
         )
     if gpu.get("persistence_mode") != "Enabled":
@@ -240,14 +210,13 @@ def gpu_findings(
         if smi.get("message"):
             evidence += f": {smi['message']}"
         fix = "install and load the driver (driver.branch; a pending reboot with driver.reboot: true)"
-        return [Finding("nvidia-smi", evidence, fix), *_xid_findings(health.get("xid", []))]
-    nvswitch = bool(health.get("nvswitch"))
+        return [Finding("nvidia-smi", evidence, fix), *xid_findings(health.get("xid", []))]
     found: list[Finding] = []
     for gpu in smi.get("gpus", []):
         used = in_use is None or gpu.get("index") in in_use
-        found += _gpu_checks(gpu, nvswitch, used)
+        found += _gpu_checks(gpu, health, used)
     found += count_findings(health, expected)
-    return found + p2p_findings(health, groups) + _xid_findings(health.get("xid", []))
+    return found + p2p_findings(health, groups) + xid_findings(health.get("xid", []))
 
 
 def verdict(
@@ -264,7 +233,7 @@ def verdict(
     found = gpu_findings(health, in_use, groups, expected)
     if not found:
         count = len((health.get("smi") or {}).get("gpus", []))
-        fabric = ", fabric Completed" if health.get("nvswitch") else ""
+        fabric = ", fabric Completed" if fabric_host(health) else ""
         return f"healthy: {count} GPUs{fabric}"
     return "refused: " + "; ".join(f"{f.check}: {f.evidence}" for f in found)
 

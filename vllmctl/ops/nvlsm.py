@@ -23,7 +23,9 @@ from vllmctl.ops.files import config_file
 # installed.
 NVLSM = "nvlsm"
 IB_UMAD = "ib_umad"
-IB_UMAD_LOADED = "/sys/module/ib_umad"
+# ib_umad loaded shows as its device node: NVLSM reaches the switches through /dev/infiniband/umad<N>, one
+# per port of the ConnectX bridges, which the module creates (Linux Documentation/infiniband/user_mad.rst)
+IB_UMAD_LOADED = "/dev/infiniband/umad0"
 MODULES_LOAD_PATH = "/etc/modules-load.d/ib_umad.conf"
 MODULES_LOAD = "# written by vllmctl: NVLink Subnet Manager (nvlsm) needs it for Fabric Manager\nib_umad\n"
 
@@ -55,7 +57,7 @@ def _plan(args: Args, facts: Facts) -> Step:
     held = NVLSM in set((facts.get("driver_packages") or {}).get("held", []))
     paths = facts.get("paths") or {}
     conf = config_file(MODULES_LOAD_PATH, MODULES_LOAD, facts)
-    loaded = paths.get(IB_UMAD_LOADED, {}).get("type") == "directory"
+    loaded = paths.get(IB_UMAD_LOADED, {}).get("type", "absent") != "absent"
     actions: list[Command | Upload] = []
     if version is None:
         actions += [

@@ -1,9 +1,11 @@
-"""The GPU health gate and Fabric Manager on real lab hosts (HGX profile, 8 H100 on NVSwitches).
+"""The GPU health gate and Fabric Manager on real lab hosts (HGX profiles: three of 8 H100 on NVSwitches, one
+HGX B200 on NVLink5, which has no NVSwitch nodes: ConnectX bridges whose VPD says SW_MNG manage its switches).
 
 One host logged a reset-class Xid since boot (then 60 application-class ones), one has MIG on a GPU its model
 uses: both are refused before their engine starts, with the evidence, while the healthy third host gets Fabric
 Manager at its driver's exact version (its fabric turns Completed only then), deploys and serves, and
-`apply --check` afterwards is 0 changed. A Fabric Manager a patch apart is replaced, never left running. The
+`apply --check` afterwards is 0 changed. The B200 is refused while its fabric is In Progress, gets NVLSM,
+ib_umad and Fabric Manager, and serves. A Fabric Manager a patch apart is replaced, never left running. The
 engine is the lab's vLLM stand-in (no Ray: a single-node engine), so no real vLLM is installed."""
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
     work = tmp_path_factory.mktemp("gpugate")
     model_dir = Path(f"/var/tmp/vllmctl-gate-{os.getpid()}/tiny")
     try:
-        fleet = start_fleet(name, 3, work / "lab.yml", gpus="8xH100-80GB")
+        fleet = start_fleet(name, 4, work / "lab.yml", gpus="8xH100-80GB,8xH100-80GB,8xH100-80GB,8xB200")
         version, _ = ensure_standin_wheel(fleet.directory / "wheels")
         shutil.copytree(ensure_tiny_model(), model_dir, dirs_exist_ok=True)
         doc: dict[str, Any] = yaml.safe_load(fleet.inventory.read_text())
@@ -85,7 +87,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
         }
         inventory = work / "gate.yml"
         inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-        xid_host, mig_host, _ = fleet.hosts
+        xid_host, mig_host, *_ = fleet.hosts
         found = Gate(fleet, inventory, work)
         found.sh(xid_host, f"logger -t kernel '{XID_79}'")  # what the kernel logs, in this boot's journal
         # the usual aftermath: 60 application-class Xids after it, more than the 50 lines once read
@@ -99,7 +101,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
 
 
 def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: Gate) -> None:
-    xid_host, mig_host, good = gate.fleet.hosts
+    xid_host, mig_host, good, b200 = gate.fleet.hosts
     shown = gate.vllmctl("facts", str(gate.inventory), "--json")
     assert shown.returncode == 0, shown.stderr
     facts = {name: found["facts"]["gpu_health"] for name, found in json.loads(shown.stdout).items()}
@@ -116,10 +118,16 @@ def test_facts_show_the_hgx_profile_and_each_hosts_evidence_before_apply(gate: G
     assert "refused: fabric: GPU 0" in table and "Xid 79" in table and "mig: GPU 0" in table
     assert len(facts[xid_host.name]["smi"]["gpus"]) == 7 and len(facts[xid_host.name]["nvidia_pci"]) == 8
     assert "gpu count: nvidia-smi lists 7 GPUs, the inventory declares 8" in table
+    nvlink5 = facts[b200.name]  # no NVSwitch node; the bridges' VPD in lspci tells it is NVLink5
+    assert nvlink5["nvswitch"] == [] and nvlink5["nvlink5"] is True
+    assert nvlink5["nvlink5_bridges"] == ["c1:00.0", "c2:00.0", "c3:00.0", "c4:00.0"]
+    assert {g["fabric_state"] for g in nvlink5["smi"]["gpus"]} == {"In Progress"}
+    refused = verdict(nvlink5)
+    assert refused.startswith("refused: fabric: GPU 0") and "on an NVLink5 host" in refused, refused
 
 
 def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gate: Gate) -> None:
-    xid_host, mig_host, good = gate.fleet.hosts
+    xid_host, mig_host, good, b200 = gate.fleet.hosts
     applied = gate.vllmctl("apply", str(gate.inventory), "--json", "--health-timeout", "300")
     assert applied.returncode != 0
     doc = json.loads(applied.stdout)
@@ -148,9 +156,32 @@ def test_refused_hosts_never_start_their_engine_while_the_healthy_one_serves(gat
     assert "nvidia-fabricmanager-580" in gate.sh(good, "apt-mark showhold").split()
     blacklist = gate.sh(good, "cat /etc/modprobe.d/blacklist-nouveau.conf")
     assert "blacklist nouveau\noptions nouveau modeset=0\n" in blacklist
-    checked = gate.vllmctl("apply", str(gate.inventory), "--check", "--json", "--limit", good.name)
+    nvlink5 = doc["hosts"][b200.name]
+    assert nvlink5["status"] == "ok", json.dumps(nvlink5, indent=1)[-5000:]
+    steps = {s["op"]: s for s in nvlink5["steps"]}
+    assert steps["nvlsm"]["status"] == "changed", steps["nvlsm"]
+    assert "modprobe ib_umad" in steps["nvlsm"]["commands"], steps["nvlsm"]
+    assert "nvidia-fabricmanager-580=580.95.05-*" in " ".join(steps["fabric_manager"]["commands"])
+    assert "healthy: 8 GPUs, fabric Completed" in steps["gpu_health"]["noop"]
+    held = gate.sh(b200, "apt-mark showhold").split()
+    assert {"nvlsm", "nvidia-fabricmanager-580"} <= set(held), held
+    assert gate.sh(b200, "cat /etc/modules-load.d/ib_umad.conf").splitlines()[-1] == "ib_umad"
+    models = httpx.get(f"http://{b200.address}:8000/v1/models", timeout=30, trust_env=False)
+    assert models.status_code == 200
+    checked = gate.vllmctl(
+        "apply", str(gate.inventory), "--check", "--json", "--limit", f"{good.name},{b200.name}"
+    )
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
-    assert json.loads(checked.stdout)["hosts"][good.name]["recap"]["changed"] == 0
+    recaps = {h: r["recap"]["changed"] for h, r in json.loads(checked.stdout)["hosts"].items()}
+    assert recaps == {good.name: 0, b200.name: 0}
+    # Fabric Manager gone: the B200's GPUs fall back to In Progress and the gate refuses it again
+    gate.sh(b200, "sudo systemctl stop nvidia-fabricmanager.service")
+    try:
+        shown = gate.vllmctl("facts", str(gate.inventory), "--json", "--limit", b200.name)
+        health = json.loads(shown.stdout)[b200.name]["facts"]["gpu_health"]
+        assert verdict(health).startswith("refused: fabric: GPU 0"), verdict(health)
+    finally:
+        gate.sh(b200, "sudo systemctl start nvidia-fabricmanager.service")
 
 
 def test_a_mismatched_fabric_manager_is_replaced_never_left_running(gate: Gate) -> None:

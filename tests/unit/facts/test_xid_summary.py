@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from vllmctl.facts.gpu_health import XID_SUMMARY, parse_xid
-from vllmctl.ops.gpu_health import _xid_findings
+from vllmctl.ops.gpu_findings import xid_findings
 
 FELL_OFF = "NVRM: Xid (PCI:0000:18:00): 79, pid=1101, name=nvc:[driver], GPU has fallen off the bus."
 AFTERMATH = "NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC 0)"
@@ -29,7 +29,7 @@ def test_an_xid_79_buried_under_60_xid_13_lines_still_refuses_the_host(awk: str)
     xids = sorted((x for x in map(parse_xid, done.stdout.splitlines()) if x), key=lambda x: x["xid"])
     assert [(x["xid"], x["count"]) for x in xids] == [(13, 60), (79, 1), (154, 2)]
     assert xids[0]["text"].startswith("pid=2059,")  # the newest line of each
-    findings = _xid_findings(xids)
+    findings = xid_findings(xids)
     # 79 demands a reset; 13 is an application error; 154's newest line says no recovery is needed now
     assert [f.evidence for f in findings] == [
         "NVRM: Xid 79 (GPU has fallen off the bus) on PCI 0000:18:00 since boot: "
@@ -40,4 +40,4 @@ def test_an_xid_79_buried_under_60_xid_13_lines_still_refuses_the_host(awk: str)
 def test_a_count_is_said_when_the_xid_came_more_than_once() -> None:
     line = parse_xid(f"7\t{FELL_OFF}")
     assert line is not None and line["count"] == 7
-    assert ", 7 times: " in _xid_findings([line])[0].evidence
+    assert ", 7 times: " in xid_findings([line])[0].evidence

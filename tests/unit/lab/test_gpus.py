@@ -75,13 +75,24 @@ def test_uuids_differ_between_hosts_but_are_stable() -> None:
 
 def test_a_host_without_gpus_has_no_driver() -> None:
     doc = gpus_document("lab-1", parse_gpu_spec("none")[0], DRIVER_RELEASES["580"])
-    assert doc == {"product": None, "driver": None, "nvswitches": 0, "fabric": None, "gpus": []}
+    assert doc == {
+        "product": None,
+        "driver": None,
+        "nvswitches": 0,
+        "sw_mng_bridges": 0,
+        "fabric": None,
+        "gpus": [],
+    }
 
 
 def test_eight_sxm_gpus_are_an_hgx_board_with_nvswitches() -> None:
     hgx = gpus_document("lab-1", parse_gpu_spec("8xH100-80GB")[0], DRIVER_RELEASES["580"])
     assert hgx["nvswitches"] == 4
     assert hgx["fabric"] == {"state": "Not Started", "status": "N/A"}  # until a Fabric Manager runs
-    assert gpus_document("lab-1", parse_gpu_spec("8xB200")[0], DRIVER_RELEASES["580"])["nvswitches"] == 2
+    # an HGX B200 (NVLink5) has no NVSwitch nodes: ConnectX bridges whose VPD says SW_MNG manage its switches
+    b200 = gpus_document("lab-1", parse_gpu_spec("8xB200")[0], DRIVER_RELEASES["580"])
+    assert (b200["nvswitches"], b200["sw_mng_bridges"]) == (0, 4)
+    assert b200["fabric"] == {"state": "In Progress", "status": "N/A"}
     for spec in ("2xH100-80GB", "8xL40S"):  # fewer than a baseboard, or PCIe cards: no NVSwitch
-        assert gpus_document("lab-1", parse_gpu_spec(spec)[0], DRIVER_RELEASES["580"])["nvswitches"] == 0
+        doc = gpus_document("lab-1", parse_gpu_spec(spec)[0], DRIVER_RELEASES["580"])
+        assert (doc["nvswitches"], doc["sw_mng_bridges"]) == (0, 0)

@@ -52,11 +52,19 @@ def test_mig_is_judged_only_on_the_gpus_a_model_uses() -> None:
     assert [f.check for f in gpu_findings(health, None)] == ["mig"]
 
 
-def test_fabric_matters_only_where_there_are_nvswitches() -> None:
+def test_fabric_matters_on_nvswitch_nvlink5_and_wherever_a_gpu_reports_a_fabric_state() -> None:
     health = fact("hgx_h100_healthy")
     for gpu in health["smi"]["gpus"]:
         gpu["fabric_state"], gpu["fabric_status"] = "Not Started", None
     assert {f.check for f in gpu_findings(health, None)} == {"fabric"}
+    # an HGX B200 has no NVSwitch nodes: its switches are managed over NVLink5 bridges, and it is judged
+    nvlink5 = gpu_findings({**health, "nvswitch": [], "nvlink5": True}, None)
+    assert {f.check for f in nvlink5} == {"fabric"} and "NVLink5 host" in nvlink5[0].evidence
+    assert "nvlsm" in nvlink5[0].fix and "ib_umad" in nvlink5[0].fix
+    # no switch seen, but the GPUs still report a fabric state (a multi-node NVLink tray): judged too
+    assert {f.check for f in gpu_findings({**health, "nvswitch": []}, None)} == {"fabric"}
+    for gpu in health["smi"]["gpus"]:  # PCIe cards print N/A: no fabric to wait for
+        gpu["fabric_state"] = gpu["fabric_status"] = None
     assert gpu_findings({**health, "nvswitch": []}, None) == []
 
 
