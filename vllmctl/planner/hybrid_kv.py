@@ -1,5 +1,5 @@
 """KV layout of hybrid attention / Gated DeltaNet models (Qwen3-Next, Qwen3.5) as vLLM V1 builds it, from the
-model's config.json (issue #49). The linear-attention layers keep a fixed state per request, not per token:
+model's config.json. The linear-attention layers keep a fixed state per request, not per token:
 
 * the state per layer and rank: a conv state (conv_dim / TP, kernel - 1) and a recurrent state (value heads /
   TP, value dim, key dim), conv_dim = key dim x key heads x 2 + value dim x value heads
