@@ -54,11 +54,15 @@ def load(name: str) -> int:
 def boot() -> int:
     """Every module named in /etc/modules-load.d/*.conf; systemd-modules-load logs and skips unknown ones."""
     for path in sorted(glob.glob(f"{MODULES_LOAD}/*.conf")):
-        with open(path) as handle:
-            for line in handle:
-                name = line.split("#", 1)[0].strip()
-                if name and name.replace("-", "_") in KNOWN:
-                    load(name)
+        try:  # Debian's modules.conf links to /etc/modules, which a minimal image lacks
+            with open(path) as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name = line.split("#", 1)[0].strip()
+            if name and name.replace("-", "_") in KNOWN:
+                load(name)
     return 0
 
 

@@ -55,6 +55,8 @@ def test_modprobe_ib_umad_makes_one_umad_node_per_bridge_and_boot_loads_modules_
     missing = _run(fake_modprobe, env, "no_such_module")
     assert missing.returncode == 1 and "Module no_such_module not found" in missing.stderr
     (tmp_path / "modules-load.d").mkdir()
+    (tmp_path / "modules-load.d/modules.conf").symlink_to(tmp_path / "etc-modules")  # Debian's, dangling
+    assert _run(fake_modprobe, env, "--lab-boot").returncode == 0  # a lab host boots with it
     (tmp_path / "modules-load.d/ib_umad.conf").write_text("# comment\nib_umad\n")
     assert _run(fake_modprobe, env, "--lab-boot").returncode == 0
     assert sorted(p.name for p in (tmp_path / "dev/infiniband").iterdir()) == [
