@@ -89,6 +89,10 @@ def start_fleet(name: str, hosts: int, inventory: Path, gpus: str = "8xH100-80GB
     if result.returncode != 0:
         raise RuntimeError(f"lab up failed ({result.returncode}): {result.stderr}")
     data = json.loads(result.stdout)
+    # as `make demo` does: a host whose boot left a failed unit (systemd degraded) is no host to test on
+    checked = vllmctl("lab", "check", "--name", name)
+    if checked.returncode != 0:
+        raise RuntimeError(f"lab check --name {name} failed: {checked.stdout[-2000:]}{checked.stderr}")
     return LabFleet(
         name=data["name"],
         hosts=tuple(LabHostInfo(h["name"], h["address"]) for h in data["hosts"]),
