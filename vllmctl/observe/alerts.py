@@ -22,6 +22,7 @@ ERROR_RATE = 0.01  # share of gateway responses that are 5xx; a model's slo.max_
 ERROR_FOR = "5m"
 ENGINE_START_S = 1800  # an engine's start on a large model (weights, compile, warm-up), generously
 GPU_FOR = "5m"
+VALUE_2F = '{{ printf "%.2f" $value }}'  # an alert's value in its summary, two decimals
 FM_SUCCESS, FM_NOT_SUPPORTED = 3, 0  # dcgmFabricManagerStatus_t: the two states that need nothing done
 
 
@@ -92,7 +93,7 @@ def engine_rules(views: list[ModelView], gateway: bool) -> list[dict[str, Any]]:
                     f"{quantile(0.99, queue, 'instance, model')} > {limit:g}",
                     QUEUE_FOR,
                     "warning",
-                    f"{{{{ $labels.instance }}}}: p99 queue time {{{{ $value }}}} s over {limit:g} s",
+                    f"{{{{ $labels.instance }}}}: p99 queue time {VALUE_2F} s over {limit:g} s",
                     model=view.name,
                 )
             )
