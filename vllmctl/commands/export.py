@@ -180,7 +180,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _grafana(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
     board = dashboard.to_json(dashboard.build(inventory))
     if not args.output_dir:
-        ui.data(board.rstrip("\n"))
+        if args.output:
+            _write_atomically(Path(args.output), board)
+            ui.info(f"wrote the dashboard to {args.output}")
+        else:
+            ui.data(board.rstrip("\n"))
         return EXIT_OK
     out = Path(args.output_dir)
     files = {DASHBOARD_FILE: board}

@@ -19,6 +19,15 @@ def test_grafana_prints_the_dashboard(fleet_file: Path, capsys: pytest.CaptureFi
     assert [row["title"].split(" (")[0] for row in board["panels"]] == ["llama-8b", "old-model", "qwen-sg"]
 
 
+def test_grafana_output_writes_the_dashboard_alone(
+    fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "board.json"
+    assert cli.main(["export", "grafana", str(fleet_file), "--output", str(target)]) == 0
+    assert f"wrote the dashboard to {target}" in capsys.readouterr().err
+    assert json.loads(target.read_text())["uid"] == "vllmctl-fleet"
+
+
 def test_grafana_writes_the_dashboard_and_its_provisioning(
     fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
