@@ -48,3 +48,22 @@ def test_rule_unit_tests_hold(rules_dir: Path, test_file: Path) -> None:
     shutil.copy(test_file, rules_dir / test_file.name)
     done = _promtool("test", "rules", test_file.name, cwd=rules_dir)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_dashboard_query_is_promql_prometheus_parses(fleet: Inventory, tmp_path: Path) -> None:
+    """Each panel's query (its replica variable set to `.*`), as a recording rule, parses in promtool."""
+    import json
+    import re
+
+    from vllmctl.observe.dashboard import build, to_json
+
+    board = json.loads(to_json(build(fleet)))
+    queries = [t["expr"] for row in board["panels"] for panel in row["panels"] for t in panel["targets"]]
+    records = [
+        {"record": f"vllmctl:panel_{i}", "expr": re.sub(r"\$replica_\w+", ".*", q)}
+        for i, q in enumerate(queries)
+    ]
+    (tmp_path / "panels.yml").write_text(alerts.to_yaml({"groups": [{"name": "panels", "rules": records}]}))
+    done = _promtool("check", "rules", "panels.yml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(records)} rules found" in done.stdout
