@@ -20,6 +20,7 @@ PURE = [
     "render",
     "tasks",
     "status",
+    "observe",
     "releases",
     "multinode",
     "runner/plan.py",

@@ -1,6 +1,7 @@
 """`vllmctl export prometheus INVENTORY`: Prometheus file-based service discovery for every engine port (and
 the gateway's and DCGM Exporter's where enabled), the `scrape_configs` snippet that reads that file, or rules
-recording each replica's prefix-cache hit rate.
+recording each replica's prefix-cache hit rate; `export grafana` and `export alerts` write the dashboard (with
+its Grafana provisioning files) and the alerting rules that vllmctl/observe/ builds.
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
+from vllmctl.observe import alerts, dashboard
 from vllmctl.ops.dcgm import EXPORTER_PORT
 from vllmctl.runner.fleet import model_plans, planned_inventory, served_plan
 from vllmctl.tasks.desired import HostContext, ModelPlan
 
 JOB = "vllmctl"
 DEFAULT_SD_FILE = "/etc/prometheus/file_sd/vllmctl.json"
+DEFAULT_PROMETHEUS_URL = "http://localhost:9090"
+DEFAULT_DASHBOARDS_DIR = "/var/lib/grafana/dashboards/vllmctl"
+DASHBOARD_FILE = "vllmctl-fleet.json"
 # Engines answer /metrics on their serving port; 15 s is Prometheus's own default scrape interval.
 SCRAPE_INTERVAL = "15s"
 # Per replica: an engine port is one `instance`; vLLM's counters are summed over its data-parallel engines.
@@ -130,12 +135,14 @@ def _write_atomically(path: Path, text: str) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "export",
-        help="export the fleet's engine endpoints for monitoring",
-        description="Write Prometheus file-based service discovery JSON for every engine port of the "
+        help="export the fleet's engine endpoints, dashboard and alerts for monitoring",
+        description="prometheus: file-based service discovery JSON for every engine port of the "
         "inventory, (--format scrape-config) the scrape_configs snippet that reads it, or (--format rules) "
-        "recording rules for each replica's prefix-cache hit rate.",
+        "recording rules for each replica's prefix-cache hit rate. grafana: the fleet's dashboard JSON "
+        "(with --output-dir, also Grafana's datasource and dashboard provisioning files). alerts: "
+        "Prometheus alerting rules with the inventory's thresholds.",
     )
-    parser.add_argument("target", choices=["prometheus"], help="what to export for")
+    parser.add_argument("target", choices=["prometheus", "grafana", "alerts"], help="what to export")
     parser.add_argument("inventory", metavar="INVENTORY", help="inventory file")
     parser.add_argument(
         "--format",
@@ -150,11 +157,70 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help=f"the targets file the scrape-config snippet points at (default: {DEFAULT_SD_FILE})",
     )
+    parser.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="grafana: write DIR/"
+        + DASHBOARD_FILE
+        + " and DIR/provisioning/{datasources,dashboards}/vllmctl.yaml",
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help=f"grafana: the datasource's Prometheus (default: {DEFAULT_PROMETHEUS_URL})",
+    )
+    parser.add_argument(
+        "--dashboards-dir",
+        metavar="PATH",
+        help=f"grafana: where Grafana reads the dashboard JSON (default: {DEFAULT_DASHBOARDS_DIR})",
+    )
     parser.set_defaults(func=run)
+
+
+def _grafana(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
+    board = dashboard.to_json(dashboard.build(inventory))
+    if not args.output_dir:
+        if args.output:
+            _write_atomically(Path(args.output), board)
+            ui.info(f"wrote the dashboard to {args.output}")
+        else:
+            ui.data(board.rstrip("\n"))
+        return EXIT_OK
+    out = Path(args.output_dir)
+    files = {DASHBOARD_FILE: board}
+    provisioning = dashboard.provisioning(
+        args.dashboards_dir or DEFAULT_DASHBOARDS_DIR, args.prometheus_url or DEFAULT_PROMETHEUS_URL
+    )
+    files |= {f"provisioning/{name}": text for name, text in provisioning.items()}
+    for name, text in files.items():
+        path = out / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"cannot create {path.parent}: {exc.strerror or exc}", "choose another --output-dir"
+            ) from exc
+        _write_atomically(path, text)
+    ui.info(f"wrote the dashboard and its provisioning files to {out}")
+    return EXIT_OK
+
+
+def _alerts(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
+    text = alerts.to_yaml(alerts.rules(inventory))
+    if args.output:
+        _write_atomically(Path(args.output), text)
+        ui.info(f"wrote the alerting rules to {args.output}")
+    else:
+        ui.data(text.rstrip("\n"))
+    return EXIT_OK
 
 
 def run(args: argparse.Namespace, ui: Ui) -> int:
     inventory = planned_inventory(load_inventory(args.inventory))  # a bad file fails early, always
+    if args.target == "grafana":
+        return _grafana(args, inventory, ui)
+    if args.target == "alerts":
+        return _alerts(args, inventory, ui)
     if args.format in ("scrape-config", "rules"):
         rules = args.format == "rules"
         snippet = recording_rules() if rules else scrape_config(args.sd_file or DEFAULT_SD_FILE)
