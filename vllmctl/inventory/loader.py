@@ -127,7 +127,8 @@ def _model(
 
 
 def _canary(raw: dict[str, Any]) -> CanarySpec:
-    return CanarySpec(int(raw.get("hosts", 1)), float(raw.get("soak_s", 0.0)))
+    hosts = raw.get("hosts")
+    return CanarySpec(int(hosts) if hosts is not None else None, float(raw.get("soak_s", 0.0)))
 
 
 def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:

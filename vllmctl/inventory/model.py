@@ -131,7 +131,7 @@ class SpeculativeSpec:
 class CanarySpec:
     """The first `hosts` hosts of a model a rollout restarts go alone, then serve `soak_s` seconds."""
 
-    hosts: int = 1
+    hosts: int | None = None  # None: 1, or 0 for a model with no limit (min_available 0, no max_unavailable)
     soak_s: float = 0.0
 
 
@@ -163,8 +163,9 @@ class ModelDeployment:
     @property
     def limits(self) -> RolloutLimits:
         """Its rollout bounds: min_available, max_unavailable and the canary."""
-        canary = self.canary
-        return RolloutLimits(self.min_available, self.max_unavailable, canary.hosts, canary.soak_s)
+        canary, unbounded = self.canary, self.min_available <= 0 and self.max_unavailable is None
+        hosts = canary.hosts if canary.hosts is not None else 0 if unbounded else 1
+        return RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s)
 
     @cached_property
     def host_set(self) -> frozenset[str]:
