@@ -165,13 +165,3 @@ def _canaries(
             for model in models:
                 slots[model] -= 1
     return chosen
-
-
-def lines(plan: WavePlan) -> list[str]:
-    """What `apply --check` prints: one line per wave, then each held host and why."""
-    said = []
-    for number, wave in enumerate(plan.waves, 1):
-        kind = " (canary, alone)" if wave.canary else ""
-        said.append(f"wave {number}{kind}: {', '.join(wave.hosts)}")
-    said.extend(f"held: {host}: {why}" for host, why in plan.held.items())
-    return said

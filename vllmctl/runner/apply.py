@@ -23,6 +23,7 @@ from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
 from vllmctl.releases.rollout import MaxFail
+from vllmctl.releases.waves import MaxUnavailable
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
 from vllmctl.runner.engine_cuda import with_engine_cuda
@@ -51,6 +52,7 @@ from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
 from vllmctl.runner.view import Progress
+from vllmctl.runner.waves import planned_waves, with_max_unavailable
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
 
@@ -75,6 +77,7 @@ class ApplyRequest:
         default_factory=MaxFail
     )  # failed hosts the rollout tolerates before it takes no further host out
     wait_available: float = DEFAULT_WAIT_S  # how long a host waits for its models' other replicas to serve
+    max_unavailable: MaxUnavailable | None = None  # every model's, for this run; None: the inventory's
     timeout: float = 600.0  # one remote command
     host_timeout: float = 3600.0
     no_gate: bool = False
@@ -98,6 +101,8 @@ class ApplyOutcome:
     staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
     # the servers a dead run left out of service, put back before this run began (runner/orphans.py)
     healed: list[dict[str, Any]] = field(default_factory=list)
+    # the rollout's waves: planned (--check: "waves" and "held"), or as they ran (hosts, canary, start, end)
+    waves: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -117,6 +122,7 @@ class ApplyOutcome:
             "gateway_gate": self.gateway_gate,
             "staging": staging,
             "healed": self.healed,
+            "rollout": self.waves,
         }
 
 
@@ -221,6 +227,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     the local audit log records what was done."""
     args = request
     inventory = load_inventory(args.inventory, LocalFiles())  # validate's checks, the controller's too
+    inventory = with_max_unavailable(inventory, args.max_unavailable)
     playbook = load_playbook(args.playbook)
     if args.health_timeout is not None:
         for task in ("health_check", "driver_reboot"):  # the wait for engines after a reboot too
@@ -289,10 +296,12 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         if guard is not None:
             guard.close()
     record_fanout(result, staged.found, args.check)
+    waves = planned_waves(inventory, result).to_json() if args.check else {}
     if guard is not None:
         for name, host in result.hosts.items():
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
             host.rollout = guard.host_events(name)
+        waves = {"waves": guard.waves.to_json()}
     groups = []
     if clusters and not opts.stop.is_set():  # an interrupted run starts nothing more
         groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, guard, ui)
@@ -319,4 +328,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups, verdict, staged.found, healed)
+    return ApplyOutcome(result, groups, verdict, staged.found, healed, waves)
