@@ -81,7 +81,7 @@ def may_take_out(
     noted. Otherwise fewer than `max_out` (model -> hosts out at once; default 1: one serving host at a time,
     so a failure is counted before the next one is touched) other hosts of the model may be out, and the
     other hosts' serving replicas, not out, must number at least `min_available`. A model whose
-    `min_available` is 0 and with no `max_out` asks for nothing: its hosts may all go at once.
+    `min_available` is 0 and whose `max_out` is all its hosts asks for nothing: its hosts may all go at once.
 
     A wait names `peers_out` only when every model that keeps the host waiting waits for hosts in `out`
     (they progress); a model short of serving replicas with none of its hosts out is waited for first."""
@@ -90,10 +90,11 @@ def may_take_out(
     busy_models: list[tuple[str, list[str], int]] = []
     bounds = max_out or {}
     for model, wanted in sorted(min_available.items()):
-        if wanted <= 0 and model not in bounds:
-            continue
         mine = [r for r in replicas if r.model == model and r.host == host]
         others = [r for r in replicas if r.model == model and r.host != host]
+        hosts = len({r.host for r in others}) + 1
+        if wanted <= 0 and bounds.get(model, hosts) >= hosts:  # no limit: asks nothing, probes nothing
+            continue
         if not any(r.ref in serving for r in mine):
             continue
         if not others:
