@@ -120,7 +120,9 @@ class RolloutGuard:
                 if decision.verdict == "go" and canary.verdict == "stop":
                     return self._held(host, canary.reason)
                 if decision.verdict == "go" and canary.verdict == "go" and self._claim(host):
-                    self.ledger.out.add(host)
+                    self.ledger.out.add(host)  # its canary slots too: under the lock, before the next host
+                    self.canaries.took(host, canary.canary_of)
+                    self.waves.out(host, canary.canary_of, time.time())
                     break
                 if decision.verdict == "go" and canary.verdict == "wait":
                     decision = Decision("wait", canary.reason)
@@ -136,8 +138,6 @@ class RolloutGuard:
                     said = decision.reason
                     waiting(said)
                 self._cond.wait(self.poll_s)
-        self.canaries.took(host, canary.canary_of)
-        self.waves.out(host, canary.canary_of, time.time())
         went = {"host": host, "event": "out", "notes": list(decision.notes), "time": time.time()}
         self.events.append({**went, "canary": list(canary.canary_of)} if canary.canary_of else went)
         if self.gateway is not None:
