@@ -128,7 +128,8 @@ def _model(
 
 def _canary(raw: dict[str, Any]) -> CanarySpec:
     hosts = raw.get("hosts")
-    return CanarySpec(int(hosts) if hosts is not None else None, float(raw.get("soak_s", 0.0)))
+    bounds = (float(raw.get("max_error_rate", 0.01)), float(raw.get("max_latency_ratio", 1.5)))
+    return CanarySpec(int(hosts) if hosts is not None else None, float(raw.get("soak_s", 0.0)), *bounds)
 
 
 def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:

@@ -129,10 +129,13 @@ class SpeculativeSpec:
 
 @dataclass(frozen=True)
 class CanarySpec:
-    """The first `hosts` hosts of a model a rollout restarts go alone, then serve `soak_s` seconds."""
+    """The first `hosts` hosts of a model a rollout restarts go alone, then serve `soak_s` seconds, compared
+    with the model's other hosts through the gateway."""
 
     hosts: int | None = None  # None: 1, or 0 for a model with no limit (min_available 0, no max_unavailable)
     soak_s: float = 0.0
+    max_error_rate: float = 0.01  # over the soak, above its peers' error rate: worse
+    max_latency_ratio: float = 1.5  # over the soak, times its peers' average session time: worse
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,8 @@ class ModelDeployment:
         """Its rollout bounds: min_available, max_unavailable and the canary."""
         canary, unbounded = self.canary, self.min_available <= 0 and self.max_unavailable is None
         hosts = canary.hosts if canary.hosts is not None else 0 if unbounded else 1
-        return RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s)
+        bounds = (canary.max_error_rate, canary.max_latency_ratio)
+        return RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s, *bounds)
 
     @cached_property
     def host_set(self) -> frozenset[str]:

@@ -28,6 +28,7 @@ class Canaries:
     chosen: dict[str, list[str]] = field(default_factory=dict)  # model -> its canary hosts, in order
     back: dict[str, float] = field(default_factory=dict)  # canary host -> when it was back, passed
     failed: dict[str, str] = field(default_factory=dict)  # canary host -> why it failed
+    judged: dict[str, str] = field(default_factory=dict)  # model -> why its soaked canary was worse, or ""
 
     def verdict(self, models: Iterable[str], out: Collection[str], now: float) -> CanaryVerdict:
         """May a host go now for `models` (those it takes a serving replica from)? As a canary where a model
@@ -52,6 +53,20 @@ class Canaries:
                 why = f"{model}: its canary {', '.join(chosen)} soaks {soak:g} s ({left:.0f} s left)"
                 return CanaryVerdict("wait", why)
         return CanaryVerdict("go", canary_of=tuple(mine))
+
+    def soaked(self, model: str, now: float) -> bool:
+        """Its canaries all went, came back passed and served their soak (a soak of 0 is not judged)."""
+        limits = self.limits.get(model, NO_CANARY)
+        chosen = self.chosen.get(model, [])
+        if limits.soak_s <= 0 or len(chosen) < limits.canary or not all(h in self.back for h in chosen):
+            return False
+        return now >= max(self.back[h] for h in chosen) + limits.soak_s
+
+    def reject(self, model: str, why: str) -> None:
+        """Its soak found the canaries worse than their peers: they count as failed from now on."""
+        self.judged[model] = why
+        for host in self.chosen.get(model, []) if why else ():
+            self.failed.setdefault(host, f"worse than its peers over its soak: {why}")
 
     def took(self, host: str, canary_of: Iterable[str]) -> None:
         for model in canary_of:

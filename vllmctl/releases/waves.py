@@ -45,12 +45,14 @@ class MaxUnavailable:
 class RolloutLimits:
     """One model's rollout: `min_available` replicas keep serving, at most `max_unavailable` of its hosts
     are out (None: 1, or all of them where min_available is 0), its first `canary` hosts go alone, then
-    serve `soak_s` seconds before the next host goes."""
+    serve `soak_s` seconds, no worse than their peers within the two bounds, before the next host goes."""
 
     min_available: int = 1
     max_unavailable: MaxUnavailable | None = None
     canary: int = 1
     soak_s: float = 0.0
+    max_error_rate: float = 0.01  # the canary's error rate over its soak may exceed its peers' by this much
+    max_latency_ratio: float = 1.5  # and its average session time may be this many times theirs
 
     def max_out(self, hosts: int) -> int:
         """How many of the model's `hosts` may be out of service at once."""

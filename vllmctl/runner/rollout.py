@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,8 +14,11 @@ from vllmctl.errors import VllmctlError
 from vllmctl.facts.lock_owner import parse_owner
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.canary import Canaries, WaveLog, max_out
+from vllmctl.releases.canary_check import CanaryBounds
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import Decision, MaxFail, RolloutLedger, ServingReplica, may_take_out
+from vllmctl.releases.waves import RolloutLimits
+from vllmctl.runner.canary_soak import SoakJudge
 from vllmctl.runner.gateway import GatewayControl
 from vllmctl.runner.interrupt import STOP, reason
 from vllmctl.runner.out_records import OutRecords, ssh_connect
@@ -76,6 +79,7 @@ class RolloutGuard:
     max_out: dict[str, int] = field(default_factory=dict)  # model -> its hosts out at once (default 1)
     canaries: Canaries = field(default_factory=lambda: Canaries({}))  # no limits given: no canary
     waves: WaveLog = field(default_factory=WaveLog)
+    soak: SoakJudge | None = None  # compares a soaked canary with its peers (models behind the gateway)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _seen: dict[str, list[OutRecord]] = field(default_factory=dict)  # host -> records its last decision read
 
@@ -116,6 +120,7 @@ class RolloutGuard:
                     return self._held(host, self.ledger.stopped)
                 out = self._out(host)
                 decision = may_take_out(host, models, self.replicas, self.serving(models), out, self.max_out)
+                self._judge(decision.counted, out)
                 canary = self.canaries.verdict(decision.counted, out, self.clock())
                 if decision.verdict == "go" and canary.verdict == "stop":
                     return self._held(host, canary.reason)
@@ -143,6 +148,18 @@ class RolloutGuard:
         if self.gateway is not None:
             self.gateway.drain(host)
         return ""
+
+    def _judge(self, models: Iterable[str], out: Collection[str]) -> None:
+        """Each model whose canaries just served their soak: compared once with its peers (under the lock)."""
+        now = self.clock()
+        for model in models:
+            if self.soak is None or model in self.canaries.judged or not self.canaries.soaked(model, now):
+                continue
+            limits = self.canaries.limits.get(model, RolloutLimits())
+            bounds = {model: CanaryBounds(limits.max_error_rate, limits.max_latency_ratio)}
+            self.canaries.reject(model, self.soak.verdict(model, self.canaries.chosen[model], out, bounds))
+            for host in self.canaries.chosen[model] if self.canaries.judged[model] else ():
+                self.ledger.fail(host, self.canaries.failed[host])  # counted against --max-fail
 
     def _held(self, host: str, why: str) -> str:
         self.events.append({"host": host, "event": "held", "reason": why, "time": time.time()})
@@ -172,6 +189,9 @@ class RolloutGuard:
                 self.ledger.fail(host, failure or lost)
             self.ledger.out.discard(host)
             self.canaries.returned(host, failure or lost, self.clock())
+            canary_of = [m for m, hosts in self.canaries.chosen.items() if host in hosts]
+            if self.soak is not None and canary_of and not (failure or lost):
+                self.soak.begin(canary_of)
             self.waves.returned(host, time.time())
             self._cond.notify_all()
         back = {"host": host, "event": "back", "failed": bool(failure or lost), "time": time.time()}
@@ -262,6 +282,7 @@ def rollout_guard(
         hosts_of.setdefault(replica.model, set()).add(replica.host)
     guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s, stop=stop)
     guard.max_out, guard.canaries = max_out(limits, hosts_of), Canaries(limits)
+    guard.soak = SoakJudge(gateway, replicas) if gateway is not None else None
     if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
         guard.records = ssh_out_records(inventory, replicas, owner)
     return guard

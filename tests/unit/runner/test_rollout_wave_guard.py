@@ -8,10 +8,15 @@ import threading
 import time
 from typing import Any
 
+from vllmctl.gateway.config import Server
+from vllmctl.inventory.model import GatewaySpec
 from vllmctl.releases.canary import Canaries
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
 from vllmctl.releases.waves import MaxUnavailable, RolloutLimits
+from vllmctl.runner.canary_soak import SoakJudge
+from vllmctl.runner.gateway import GatewayControl
 from vllmctl.runner.rollout import RolloutGuard
+from vllmctl.transport import Result
 
 TINY = [ServingReplica("tiny", h, f"http://{h}:8000") for h in "abc"]
 
@@ -117,3 +122,67 @@ def test_a_host_serving_two_models_waits_for_the_stricter_one() -> None:
     rollout.put_back("b", "")
     thread.join(3)
     assert said == [""]
+
+
+class CountingGateway:
+    """A gateway host answering `show stat` with each server's status and the counters the test sets."""
+
+    HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status,hrsp_5xx,eresp,ttime\n"
+
+    def __init__(self) -> None:
+        self.states = dict.fromkeys("abc", "UP")
+        self.counters = {h: (0, 0, 0) for h in "abc"}  # requests, 5xx, average session time (ms)
+
+    def execute(self, action: Any, timeout: float) -> Result:
+        text = action.render()
+        for host in self.states:
+            if f"tiny/{host}-8000 state drain" in text:
+                self.states[host] = "DRAIN"
+            elif f"tiny/{host}-8000 state ready" in text:
+                self.states[host] = "UP"
+        rows = ""
+        for host, status in self.states.items():
+            total, errors, ttime = self.counters[host]
+            rows += f"tiny,{host}-8000,0,0,0,1,,{total},{status},2,L7OK,{errors},0,{ttime}\n"
+        return Result(self.HEADER + rows, "", 0)
+
+    def close(self) -> None:
+        pass
+
+
+def soaking(gw: CountingGateway, now: list[float]) -> RolloutGuard:
+    servers = [Server("tiny", f"{h}-8000", h, f"10.0.0.{i}", 8000) for i, h in enumerate("abc", 1)]
+    replicas = [ServingReplica("tiny", s.host, s.ref, f"http://{s.address}:8000") for s in servers]
+    spec = GatewaySpec(("gw",), {"tiny": 9100}, drain_timeout_s=1.0, check_interval_s=0.01)
+    control = GatewayControl(spec, servers, lambda name: gw, sleep=lambda s: None)
+    limits = {"tiny": RolloutLimits(1, MaxUnavailable(2), soak_s=30.0)}
+    rollout = guard(replicas, limits, clock=lambda: now[0], max_fail=MaxFail(5))
+    rollout.gateway, rollout.soak = control, SoakJudge(control, replicas)
+    return rollout
+
+
+def test_a_canary_slower_than_its_peers_over_its_soak_holds_the_model_back() -> None:
+    gw, now = CountingGateway(), [100.0]
+    rollout = soaking(gw, now)
+    gw.counters = {"a": (5, 0, 100), "b": (5, 0, 100), "c": (5, 0, 100)}
+    assert rollout.take_out("a") == ""
+    assert rollout.put_back("a", "") == ""  # the soak starts from these counters
+    gw.counters = {"a": (45, 0, 900), "b": (55, 0, 100), "c": (55, 0, 120)}
+    now[0] = 131.0
+    assert rollout.take_out("b") == (
+        "tiny: its canary a failed (worse than its peers over its soak: its average session time 900 ms is "
+        "above 1.5x its peers' 110 ms); its rollout stopped"
+    )
+    assert rollout.canaries.judged["tiny"].startswith("its average session time 900 ms")
+    assert rollout.ledger.failed["a"].startswith("worse than its peers over its soak: its average")
+    assert gw.states == {"a": "UP", "b": "UP", "c": "UP"}  # b was never drained
+
+
+def test_a_canary_as_good_as_its_peers_lets_the_waves_start() -> None:
+    gw, now = CountingGateway(), [100.0]
+    rollout = soaking(gw, now)
+    assert rollout.take_out("a") == "" and rollout.put_back("a", "") == ""
+    gw.counters = {"a": (40, 0, 130), "b": (50, 0, 100), "c": (50, 1, 100)}
+    now[0] = 131.0
+    assert rollout.take_out("b") == "" and rollout.take_out("c") == ""
+    assert rollout.canaries.judged == {"tiny": ""}
