@@ -10,6 +10,7 @@ from typing import Any, Literal
 from vllmctl.releases.waves import RolloutLimits
 
 NO_CANARY = RolloutLimits(canary=0)  # a model the rollout was given no limits for
+WORSE = "worse than its peers over its soak: "
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,11 @@ class Canaries:
                 return CanaryVerdict("wait", why)
         return CanaryVerdict("go", canary_of=tuple(mine))
 
+    @property
+    def worse(self) -> list[str]:
+        """The canaries their soak found worse than their peers."""
+        return sorted(h for h, why in self.failed.items() if why.startswith(WORSE))
+
     def soaked(self, model: str, now: float) -> bool:
         """Its canaries all went, came back passed and served their soak (a soak of 0 is not judged)."""
         limits = self.limits.get(model, NO_CANARY)
@@ -66,7 +72,7 @@ class Canaries:
         """Its soak found the canaries worse than their peers: they count as failed from now on."""
         self.judged[model] = why
         for host in self.chosen.get(model, []) if why else ():
-            self.failed.setdefault(host, f"worse than its peers over its soak: {why}")
+            self.failed.setdefault(host, f"{WORSE}{why}")
 
     def took(self, host: str, canary_of: Iterable[str]) -> None:
         for model in canary_of:

@@ -186,3 +186,32 @@ def test_a_canary_as_good_as_its_peers_lets_the_waves_start() -> None:
     now[0] = 131.0
     assert rollout.take_out("b") == "" and rollout.take_out("c") == ""
     assert rollout.canaries.judged == {"tiny": ""}
+
+
+def test_a_worse_canary_is_drained_rolled_back_readied_and_its_result_fails(monkeypatch: Any) -> None:
+    from vllmctl.runner import canary_rollback
+    from vllmctl.runner.release import GateOptions
+    from vllmctl.runner.results import HostResult, RunResult
+    from vllmctl.runner.rollback import HostRollback
+
+    gw, now = CountingGateway(), [100.0]
+    rollout = soaking(gw, now)
+    assert rollout.take_out("a") == "" and rollout.put_back("a", "") == ""
+    gw.counters = {"a": (40, 30, 100), "b": (50, 0, 100), "c": (50, 0, 100)}
+    now[0] = 131.0
+    assert rollout.take_out("b").startswith("tiny: its canary a failed (worse than its peers")
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def roll_back(ctx: Any, remote: Any, gate: Any) -> HostRollback:
+        seen.append((ctx, dict(gw.states)))
+        return HostRollback("a", True, "r2", "r1", 12.0)
+
+    monkeypatch.setattr(canary_rollback, "roll_back_host", roll_back)
+    result = RunResult("site", False, {"a": HostResult("a"), "b": HostResult("b", "skipped")})
+    done = canary_rollback.roll_back_canaries(
+        rollout, result, {"a": "ctx-a"}, lambda ctx: None, GateOptions()
+    )  # type: ignore[dict-item]
+    assert seen == [("ctx-a", {"a": "DRAIN", "b": "UP", "c": "UP"})]  # drained while it rolled back
+    assert done["a"]["ok"] and done["a"]["to"] == "r1" and gw.states["a"] == "UP"
+    assert result.hosts["a"].status == "failed" and result.hosts["a"].hint == "rolled back to r1"
+    assert result.hosts["a"].error.startswith("worse than its peers over its soak: its error rate 75.0%")
