@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.inventory.model import Inventory
@@ -17,8 +17,20 @@ from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Playbook
 
 if TYPE_CHECKING:
-    from vllmctl.runner.apply import ApplyRequest
     from vllmctl.runner.release import GateOptions
+
+
+class ApplyRequest(Protocol):
+    """What the hooks read of apply's request (runner/apply.py)."""
+
+    @property
+    def inventory(self) -> str: ...
+    @property
+    def keep_releases(self) -> int | None: ...
+    @property
+    def health_timeout(self) -> float | None: ...
+    @property
+    def bookkeeping_timeout(self) -> float: ...
 
 
 def gates(playbook: Playbook) -> bool:
