@@ -180,12 +180,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _grafana(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
     board = dashboard.to_json(dashboard.build(inventory))
     if not args.output_dir:
-        if args.output:
-            _write_atomically(Path(args.output), board)
-            ui.info(f"wrote the dashboard to {args.output}")
-        else:
-            ui.data(board.rstrip("\n"))
-        return EXIT_OK
+        return _emit(args.output, board, "the dashboard", ui)
     out = Path(args.output_dir)
     files = {DASHBOARD_FILE: board}
     provisioning = dashboard.provisioning(
@@ -206,10 +201,14 @@ def _grafana(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
 
 
 def _alerts(args: argparse.Namespace, inventory: Inventory, ui: Ui) -> int:
-    text = alerts.to_yaml(alerts.rules(inventory))
-    if args.output:
-        _write_atomically(Path(args.output), text)
-        ui.info(f"wrote the alerting rules to {args.output}")
+    return _emit(args.output, alerts.to_yaml(alerts.rules(inventory)), "the alerting rules", ui)
+
+
+def _emit(output: str | None, text: str, what: str, ui: Ui) -> int:
+    """One document to `--output`, or to standard output without it."""
+    if output:
+        _write_atomically(Path(output), text)
+        ui.info(f"wrote {what} to {output}")
     else:
         ui.data(text.rstrip("\n"))
     return EXIT_OK
