@@ -11,8 +11,9 @@ ships `nvidia-fabricmanager.service`, which, as the real one, refuses to start o
 and otherwise turns the fabric Completed in gpus.json while it runs (`vllmctl/lab/gpu_daemons.py`). Each
 driver package ships `nvidia-persistenced.service` with the command line of Ubuntu's packaged unit
 (`--no-persistence-mode`: persistence mode stays Disabled until vllmctl's drop-in removes the flag). The
-NVLSM and DCGM Exporter stand-ins only install, hold and run as the real ones do; the exporter's ships a
-`dcgmi` whose quick diag passes.
+NVLSM stand-in only installs, holds and runs; the DCGM Exporter's serves the fields its counters file lists
+from gpus.json (`vllmctl/lab/fake_dcgm_exporter.py`) with NVIDIA's packaged unit and default counters, and
+ships a `dcgmi` whose quick diag passes.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import tempfile
 from pathlib import Path
 
 from vllmctl.fanout.scripts import PACKAGES as FANOUT_PACKAGES
-from vllmctl.lab import base, gpu_daemons
+from vllmctl.lab import base, fake_dcgm_exporter, gpu_daemons
 from vllmctl.lab.gpus import DRIVER_RELEASES, DriverRelease
 from vllmctl.lab.sh import run
+from vllmctl.ops.dcgm import DEFAULT_COUNTERS, counters_csv
 from vllmctl.ops.engine import CPU_VARIANT_DEBS
 from vllmctl.tasks.gateway import PACKAGES as GATEWAY_PACKAGES
 from vllmctl.tasks.gateway import VIP_PACKAGES
 
 # Bump when the packages below change so the cached repository is rebuilt; the daemons the packages carry
 # are part of the cache's name (repo_dir), so a change to them rebuilds it too.
-REPO_VERSION = "12"
+REPO_VERSION = "13"
 # a Fabric Manager one patch apart from the 580 driver's 580.95.05 (NVIDIA/gpu-operator#544 is this case), and
 # the older 580 release a pin can ask for
 MISMATCHED_FM = "580.82.07"
@@ -69,11 +71,12 @@ RELOAD_SYSTEMD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload ||
 GPUS_JSON = "/etc/vllmctl-lab/gpus.json"
 NVLSM_VERSION = "2025.06.10"  # NVLSM is versioned by date, as NVIDIA's CUDA repository ships it
 EXPORTER_VERSION = "4.5.0"
+# NVIDIA's packaged unit (dcgm-exporter's packaging/config-files/systemd), running the lab's stand-in exporter
 EXPORTER_UNIT = """[Unit]
 Description=NVIDIA DCGM Exporter (vllmctl lab stand-in)
 
 [Service]
-ExecStart=/usr/bin/sleep infinity
+ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv
 
 [Install]
 WantedBy=multi-user.target
@@ -282,7 +285,8 @@ def _nvidia_layout(repo: Path, scratch: Path) -> None:
 
 
 def repo_dir() -> Path:
-    daemons = hashlib.sha256(Path(gpu_daemons.__file__).read_bytes()).hexdigest()[:8]
+    stand_ins = (gpu_daemons.__file__, fake_dcgm_exporter.__file__)
+    daemons = hashlib.sha256(b"".join(Path(f).read_bytes() for f in stand_ins)).hexdigest()[:8]
     return base.CACHE_DIR / f"debian-v{REPO_VERSION}-{daemons}"
 
 
@@ -310,6 +314,8 @@ def ensure_repo() -> Path:
             _build_stub("nvlsm", NVLSM_VERSION, nvlsm, repo, work)
             exporter = {
                 "/usr/bin/dcgmi": DCGMI,
+                "/usr/bin/dcgm-exporter": Path(fake_dcgm_exporter.__file__).read_text(),
+                "/etc/dcgm-exporter/default-counters.csv": counters_csv(DEFAULT_COUNTERS),
                 "/lib/systemd/system/nvidia-dcgm-exporter.service": EXPORTER_UNIT,
             }
             _build_stub("datacenter-gpu-manager-exporter", EXPORTER_VERSION, exporter, repo, work)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prometheus_lab import PROMETHEUS, Prometheus
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
@@ -313,6 +316,85 @@ def test_dcgm_exporter_runs_and_the_quick_diag_passes_once_per_boot_before_the_e
             "labels": {"job": "vllmctl", "host": good.name, "component": "dcgm-exporter"},
         }
     ]
+
+
+def _edit_gpus(gate: Gate, host: LabHostInfo, change: str) -> None:
+    edit = "import json; p='/etc/vllmctl-lab/gpus.json'; d=json.load(open(p)); {}; json.dump(d, open(p, 'w'))"
+    gate.sh(host, 'sudo python3 -c "' + edit.format(change) + '"')
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package not installed")
+def test_gpu_panels_and_alerts_read_what_the_exporter_serves_through_a_real_prometheus(
+    gate: Gate, tmp_path: Path
+) -> None:
+    """The healthy host's DCGM Exporter (the lab stand-in serves exactly its counters file's fields) runs with
+    vllmctl's counters: a real Prometheus scraping what `export prometheus` lists returns a series for every GPU
+    panel of `export grafana` and every DCGM field `export alerts` reads, and nothing fires on the healthy
+    host; a reset-class Xid fires at once, a GPU gone from NVML's list and a stopped Fabric Manager turn their
+    alerts pending (their `for` windows are promtool's unit tests)."""
+    good = gate.fleet.hosts[2]
+    inventory = gate.inventory.with_name("dcgm.yml")
+    assert inventory.exists(), "runs after the DCGM exporter test, on its inventory"
+    shown = gate.sh(good, "systemctl show -p ExecStart nvidia-dcgm-exporter.service")
+    assert "-f /etc/dcgm-exporter/vllmctl-counters.csv" in shown, shown
+    sd, rules, board = tmp_path / "sd.json", tmp_path / "alerts.yml", tmp_path / "grafana"
+    for argv in (
+        ("export", "prometheus", str(inventory), "--output", str(sd)),
+        ("export", "alerts", str(inventory), "--output", str(rules)),
+        ("export", "grafana", str(inventory), "--output-dir", str(board)),
+    ):
+        done = gate.vllmctl(*argv, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    scrape = gate.vllmctl(
+        "export", "prometheus", str(inventory), "--format", "scrape-config", "--sd-file", str(sd)
+    )
+    assert scrape.returncode == 0, scrape.stderr
+    prometheus = Prometheus(tmp_path, scrape.stdout, rules)
+    try:
+        read = f'up{{component="dcgm-exporter", host="{good.name}"}} == 1'
+        assert _wait_for(lambda: prometheus.query(read), 60), "the exporter was never scraped"
+        dashboard = json.loads((board / "vllmctl-fleet.json").read_text())
+        gpu = [
+            (panel["title"], target["expr"])
+            for row in dashboard["panels"]
+            for panel in row["panels"]
+            for target in panel["targets"]
+            if "DCGM_FI_" in target["expr"]
+        ]
+        assert len(gpu) >= 6, gpu
+        assert [(title, expr) for title, expr in gpu if not prometheus.query(expr)] == []
+        groups = {g["name"]: g["rules"] for g in yaml.safe_load(rules.read_text())["groups"]}
+        names = {"VllmctlGpuXidNeedsReset", "VllmctlGpuEccUncorrectable", "VllmctlFabricManagerDown"}
+        assert names | {"VllmctlGpuCountDropped"} <= {r["alert"] for r in groups["vllmctl-gpus"]}
+        fields = {f for r in groups["vllmctl-gpus"] for f in re.findall(r"DCGM_FI_[A-Z_]+", r["expr"])}
+        assert [f for f in sorted(fields) if not prometheus.query(f'{f}{{host="{good.name}"}}')] == []
+        assert not [a for a in prometheus.firing_labels() if a["alertname"] in names]
+
+        _edit_gpus(gate, good, "d['gpus'][3]['last_xid']=79")
+        xid = ("VllmctlGpuXidNeedsReset", good.name, "3")
+        assert _wait_for(
+            lambda: (
+                xid in {(a["alertname"], a.get("host"), a.get("gpu")) for a in prometheus.firing_labels()}
+            ),
+            60,
+        ), prometheus.firing_labels()
+        _edit_gpus(gate, good, "d['gpus'][5]['lost']=True")
+        gate.sh(good, "sudo systemctl stop nvidia-fabricmanager.service")
+        wanted = {"VllmctlGpuCountDropped", "VllmctlFabricManagerDown"}
+        assert _wait_for(lambda: wanted <= {a for a, _ in prometheus.pending()}, 60), prometheus.pending()
+    finally:
+        prometheus.close()
+        _edit_gpus(gate, good, "d['gpus'][3].pop('last_xid', None); d['gpus'][5].pop('lost', None)")
+        gate.sh(good, "sudo systemctl start nvidia-fabricmanager.service")
+
+
+def _wait_for(check: Any, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(2)
+    return False
 
 
 def test_gpu_memory_a_foreign_process_holds_refuses_the_host_before_any_start_and_its_engine_serves_on(
