@@ -327,11 +327,11 @@ def _edit_gpus(gate: Gate, host: LabHostInfo, change: str) -> None:
 def test_gpu_panels_and_alerts_read_what_the_exporter_serves_through_a_real_prometheus(
     gate: Gate, tmp_path: Path
 ) -> None:
-    """The healthy host's DCGM Exporter (the lab stand-in serves exactly its counters file's fields) runs with
-    vllmctl's counters: a real Prometheus scraping what `export prometheus` lists returns a series for every GPU
-    panel of `export grafana` and every DCGM field `export alerts` reads, and nothing fires on the healthy
-    host; a reset-class Xid fires at once, a GPU gone from NVML's list and a stopped Fabric Manager turn their
-    alerts pending (their `for` windows are promtool's unit tests)."""
+    """The healthy host's DCGM Exporter (the lab stand-in serves exactly its counters file's fields) runs
+    with vllmctl's counters: a real Prometheus scraping what `export prometheus` lists returns a series for
+    every GPU panel of `export grafana` and every DCGM field `export alerts` reads, and nothing fires on the
+    healthy host; a reset-class Xid fires at once, a GPU gone from NVML's list and a stopped Fabric Manager
+    turn their alerts pending (their `for` windows are promtool's unit tests)."""
     good = gate.fleet.hosts[2]
     inventory = gate.inventory.with_name("dcgm.yml")
     assert inventory.exists(), "runs after the DCGM exporter test, on its inventory"

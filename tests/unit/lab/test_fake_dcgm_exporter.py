@@ -1,5 +1,5 @@
-"""The lab's DCGM Exporter stand-in, run as the packaged unit runs it: it serves exactly the fields its counters
-file lists, per GPU nvidia-smi lists, with the exporter's labels; an unknown field stops it at start."""
+"""The lab's DCGM Exporter stand-in, run as the packaged unit runs it: it serves exactly the fields its
+counters file lists, per GPU nvidia-smi lists, with the exporter's labels; an unknown field stops it."""
 
 from __future__ import annotations
 
