@@ -84,12 +84,21 @@ class HostRun:
         self.ctx, self.remote, self.playbook, self.opts, self.clock = ctx, remote, playbook, opts, clock
         self.result = HostResult(ctx.host.name)
         self.deadline = clock() + opts.host_timeout_s
+        # time spent waiting for its turn in the rollout: it follows the peers' own deadlines, so it extends
+        # this host's deadline instead of spending it (the 20th replica of a slow model would run out)
+        self.waited_s = 0.0
+        self.waiting_since: float | None = None
         self.locked = False
         self.out = False  # taken out of service by the rollout guard; put back in `finally`
         self.released = False  # the gate ran, or the services phase failed: a failure here is the release's
 
     def timeout(self) -> float:
         return self.limit()[0]
+
+    def turn_wait_s(self) -> float:
+        """Seconds this host has waited for its rollout turn, the wait under way included."""
+        since = self.waiting_since
+        return self.waited_s + (self.clock() - since if since is not None else 0.0)
 
     def limit(self, action: object = None) -> tuple[float, str]:
         """Seconds `action` may run, and which limit that is: a wait with its own deadline (the health
@@ -169,7 +178,17 @@ class HostRun:
         if self.opts.guard is None or self.out or not step.stops_engines:
             return
         name = self.ctx.host.name
-        refusal = self.opts.guard.take_out(name, lambda why: emit(name, phase, f"waiting its turn: {why}"))
+
+        def said(why: str) -> None:
+            emit(name, phase, f"waiting its turn: {why}")
+
+        self.waiting_since = began = self.clock()
+        try:
+            refusal = self.opts.guard.take_out(name, said)
+        finally:
+            waited, self.waiting_since = self.clock() - began, None
+            self.waited_s += waited
+            self.deadline += waited
         if refusal:
             after = self.opts.after_held
             left = after(self.ctx, self.remote) if after is not None else "the engines it runs"

@@ -73,6 +73,7 @@ def _run_batch(
     emit: Event,
 ) -> dict[str, HostResult]:
     finished: dict[str, HostResult] = {}  # kept by the worker: a signal may land before a future is stored
+    runs: dict[str, HostRun] = {}
 
     def one(name: str) -> HostResult:
         try:
@@ -80,7 +81,8 @@ def _run_batch(
         except VllmctlError as exc:
             finished[name] = HostResult(name, "unreachable", error=exc.message, hint=exc.hint)
             return finished[name]
-        finished[name] = HostRun(contexts[name], remote, playbook, opts, clock).run(emit)
+        runs[name] = HostRun(contexts[name], remote, playbook, opts, clock)
+        finished[name] = runs[name].run(emit)
         return finished[name]
 
     outcomes: dict[str, HostResult] = {}
@@ -91,7 +93,8 @@ def _run_batch(
             for name in batch:
                 futures[name] = pool.submit(one, name)
             deadline = time.monotonic() + opts.host_timeout_s + 60
-            while time.monotonic() < deadline:
+            # a host's wait for its rollout turn extends its own deadline (HostRun), so this one too
+            while time.monotonic() < deadline + _longest_turn_wait(runs):
                 if not wait(futures.values(), timeout=0.5).not_done:
                     break
     except KeyboardInterrupt:  # Ctrl-C outside the CLI (no handler), or a second signal
@@ -113,3 +116,7 @@ def _run_batch(
                 outcomes[name] = HostResult(name, "failed", error=error)
     pool.shutdown(wait=False, cancel_futures=True)
     return outcomes
+
+
+def _longest_turn_wait(runs: Mapping[str, HostRun]) -> float:
+    return max((run.turn_wait_s() for run in list(runs.values())), default=0.0)

@@ -77,3 +77,37 @@ def test_a_health_wait_that_runs_out_is_named_and_a_failed_rollback_after_it_doe
     assert error.startswith("service_health vllmctl-tiny-0.service: python3 "), error
     wait = f"timed out after {1200 + WAIT_MARGIN_S:.0f} s (its own 1200 s wait + {WAIT_MARGIN_S:g} s)"
     assert error.endswith(f"{wait}; then a: `systemctl stop -- vllmctl-tiny-0.service` timed out (exit 124)")
+
+
+class Slow:
+    """A rollout guard whose turn comes after `wait_s` on the run's clock (peers restarting before it)."""
+
+    stopped = ""
+
+    def __init__(self, clock: list[float], wait_s: float) -> None:
+        self.clock, self.wait_s = clock, wait_s
+
+    def take_out(self, host: str, waiting: Any = None) -> str:
+        self.clock[0] += self.wait_s
+        return ""
+
+    def put_back(self, host: str, failure: str) -> str:
+        return ""
+
+    def fail(self, name: str, why: str) -> None:
+        pass
+
+
+def test_a_long_wait_for_its_turn_does_not_spend_the_hosts_deadline() -> None:
+    inv = inventory(["a"], {"tiny": model("tiny", ("a",))})
+    remote = Timed(FakeHost("a"), runs_out=False)
+    playbook = with_task_params(PLAYBOOK, "health_check", {"deadline_s": 1200})
+    clock = [0.0]
+    # its peers take 5,000 s to come back, far past the host's own 900 s: it still gets all of its 900 s
+    guard: Any = Slow(clock, 5000)
+    options = RunOptions(command_timeout_s=600, host_timeout_s=900, guard=guard)
+    contexts = host_contexts(inv, ["a"], {})
+    result = run_playbook(playbook, contexts, lambda ctx: remote, options, lambda: clock[0])
+    assert result.hosts["a"].status == "ok", result.hosts["a"].error
+    (health,) = [t for text, t in remote.given if text.startswith("python3") and HEALTH in text]
+    assert health == 900  # the host's own time, whole, after its 5,000 s wait
