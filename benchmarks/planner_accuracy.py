@@ -101,10 +101,13 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
         logged_kv = record.get("available_kv_cache_gib") if kv_scored else None
         tokens_scored = case.v1 and "gpu_kv_cache_tokens" not in aside
         logged_tokens = record.get("gpu_kv_cache_tokens") if tokens_scored else None
-        if logged_kv and logged_tokens and float(logged_kv) > 0:
+        # the layout needs the logged KV only, not the settings that sized it: a KV figure set aside for an
+        # unknown utilization still checks the tokens it holds
+        held_kv = record.get("available_kv_cache_gib") if case.v1 else None
+        if held_kv and logged_tokens and float(held_kv) > 0:
             # the tokens a logged KV figure holds need the layout only, not the card's total: scored on every
             # V1 record that logs both, its GPU named or not (issue #49: TP 8 notes that name no GPU)
-            bounds = [_with_kv(case, float(logged_kv) + d).kv_cache_tokens for d in (-0.005, 0.0, 0.005)]
+            bounds = [_with_kv(case, float(held_kv) + d).kv_cache_tokens for d in (-0.005, 0.0, 0.005)]
             inside = bounds[0] <= int(logged_tokens) <= bounds[2]
             tokens.add(0.0 if inside else bounds[1] / int(logged_tokens) - 1, case.label)
         if not case.known_gpu or not (case.v1 or case.version_known):
@@ -121,7 +124,7 @@ def replay(cases: list[Case]) -> tuple[list[Figure], list[str]]:
                 over.append(
                     f"{case.label}: predicted {memory.available_kv_cache_gib:.2f} GiB, logged {logged_kv}"
                 )
-        if logged_tokens:
+        if logged_tokens and "kv_tokens_end_to_end" not in aside:
             end_to_end.add(memory.kv_cache_tokens / int(logged_tokens) - 1, case.label)
         if case.refused or case.started:
             engine_gpus = max(s.tp * max(s.dp, 1), 1)

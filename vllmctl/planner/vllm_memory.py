@@ -26,7 +26,7 @@ from vllmctl.planner.versions import (
     Version,
     cudagraph_capture_sizes,
 )
-from vllmctl.planner.weights import expert_padding, rope_cache_tensors, stage_weight_bytes
+from vllmctl.planner.weights import expert_padding, fp8_marlin, rope_cache_tensors, stage_weight_bytes
 
 CUDA_CONTEXT_GIB = 0.5  # taken before vLLM's first snapshot (H100: 78.66 of 79.19 GiB free at start)
 NON_TORCH_GIB = 0.07  # cuBLAS/cuDNN workspaces created in the profile run (0.10 logs: 0.06-0.07 GiB)
@@ -179,8 +179,10 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
         settings.num_redundant_experts if settings.enable_eplb else 0,
     )
     max_split = load_max_split(settings.version, gpu.vendor)
-    weights_per_stage = stage_weight_bytes(*shape, max_split=max_split)
-    blocks_per_stage = [a - b for a, b in zip(weights_per_stage, stage_weight_bytes(*shape), strict=True)]
+    marlin = fp8_marlin(arch, gpu.compute_capability, gpu.vendor)
+    weights_per_stage = stage_weight_bytes(*shape, max_split=max_split, marlin=marlin)
+    unrounded = stage_weight_bytes(*shape, marlin=marlin)
+    blocks_per_stage = [a - b for a, b in zip(weights_per_stage, unrounded, strict=True)]
     stages = pipeline_stages(arch.num_layers, settings.pp)
     ropes = sum(allocated_block_bytes(t, max_split) for t in rope_cache_tensors(arch))
     extra = side_weight_bytes(arch, settings) + ropes

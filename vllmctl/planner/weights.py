@@ -29,9 +29,16 @@ def _quantized(part: Linear, quant: QuantConfig | None) -> bool:
     return not (part.kind == "attn" and not quant.attention_quantized)
 
 
-def linear_tensors(part: Linear, quant: QuantConfig | None, dtype_bytes: int) -> tuple[float, ...]:
+def linear_tensors(
+    part: Linear, quant: QuantConfig | None, dtype_bytes: int, marlin: bool = False
+) -> tuple[float, ...]:
     """The bytes of each tensor vLLM allocates for one Linear on one rank: weight, scales, bias. A fused-MoE
-    layer stacks its experts into one tensor per projection; other repeated parts are separate tensors."""
+    layer stacks its experts into one tensor per projection; other repeated parts are separate tensors.
+    With `marlin` (FP8 on a GPU without FP8 compute), the weight keeps its bytes (repacked as int32) and the
+    scales become Marlin's group-wise ones: one per output channel and 128 inputs of a block-quantized
+    checkpoint, one per output channel otherwise, in the activation dtype (marlin_utils_fp8.py,
+    prepare_fp8_layer_for_marlin / prepare_moe_fp8_layer_for_marlin: repeat_interleave(block_n), then
+    .to(orig_dtype)); the checkpoint's fp32 scales are deleted."""
     stacked = part.kind == "expert"
     per = part.count if stacked else 1
     weights = part.out * part.inp * per
@@ -42,6 +49,9 @@ def linear_tensors(part: Linear, quant: QuantConfig | None, dtype_bytes: int) ->
     assert quant is not None
     method = quant.method
     if method in ("fp8", "w8a8") and quant.bits == 8:
+        if marlin and method == "fp8":
+            groups = -(-part.inp // quant.block) if quant.block else 1
+            return (float(weights), float(groups * part.out * dtype_bytes * per), *bias) * copies
         if quant.block:
             scales = -(-part.out // quant.block) * -(-part.inp // quant.block) * SCALE_BYTES * per
         else:
@@ -94,6 +104,7 @@ def stage_weight_bytes(
     ep_ranks: int = 0,
     extra_experts: int = 0,
     max_split: float | None = None,
+    marlin: bool = False,
 ) -> tuple[float, ...]:
     """Weight bytes per GPU for each pipeline stage (every TP rank of a stage holds the same; with expert
     parallel `ep`, the rank holding the most experts; `expert_pad` as the MoE kernel pads expert shapes);
@@ -109,7 +120,7 @@ def stage_weight_bytes(
         )
         # The absorbed MLA copies are views of kv_b_proj unless it had to be de-quantized first.
         kept = [p for p in parts if p.kind != "mla_absorbed" or arch.quantization is not None]
-        tensors = [t for p in kept for t in linear_tensors(p, arch.quantization, arch.dtype_bytes)]
+        tensors = [t for p in kept for t in linear_tensors(p, arch.quantization, arch.dtype_bytes, marlin)]
         if max_split is None:
             sizes.append(sum(tensors))
         else:
@@ -146,6 +157,15 @@ def expert_padding(
     if triton:
         return (64, 256) if major == 9 else (64, 1)
     return (128, 256)
+
+
+def fp8_marlin(arch: ModelArch, compute_capability: tuple[int, int], vendor: str = "nvidia") -> bool:
+    """FP8 weights on an NVIDIA GPU without FP8 compute (before Ada, 8.9) run weight-only through Marlin
+    (quantization/fp8.py: cutlass_fp8_supported false -> use_marlin; 'Your GPU does not have native support
+    for FP8 computation'). Checked on vllm#21428: Qwen3-30B-A3B FP8 on an A100 loads 29.4988 GiB."""
+    quant = arch.quantization
+    fp8 = quant is not None and quant.method == "fp8" and quant.bits == 8
+    return fp8 and vendor == "nvidia" and compute_capability < (8, 9)
 
 
 def checkpoint_gib(arch: ModelArch) -> float:

@@ -11,7 +11,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import load_arch
 from vllmctl.catalog.params import padded_vocab, pipeline_stages, stage_linears, total_params
 from vllmctl.catalog.quant import QuantConfig
-from vllmctl.planner.weights import linear_bytes, stage_weight_bytes, weight_gib
+from vllmctl.planner.weights import fp8_marlin, linear_bytes, stage_weight_bytes, weight_gib
 
 # Per layer: qkv [1536 x 1024], o [1024 x 1024], gate_up [8192 x 1024], down [1024 x 4096], 2 norms of 1024.
 LINEAR_PER_LAYER = 1536 * 1024 + 1024 * 1024 + 8192 * 1024 + 1024 * 4096  # 15,204,352
@@ -55,6 +55,40 @@ def test_fp8_block_scales_one_per_128x128_tile(tiny: ModelArch) -> None:
     tiles = (12 * 8) + (8 * 8) + (64 * 8) + (8 * 32)  # per layer: qkv, o, gate_up, down
     expected = 2 * LINEAR_PER_LAYER + 2 * tiles * 4 + 2 * EMBED * 2 + NORMS * 2
     assert stage_weight_bytes(block, 1, 1) == (expected,)
+
+
+def test_fp8_through_marlin_keeps_one_activation_dtype_scale_per_output_channel_and_128_inputs(
+    tiny: ModelArch,
+) -> None:
+    # prepare_fp8_layer_for_marlin repeats each 128x128 block scale over its 128 output channels, in bf16
+    block = replace(tiny, quantization=QuantConfig("fp8", 8, block=128))
+    groups = (
+        (8 * 1536) + (8 * 1024) + (8 * 8192) + (32 * 1024)
+    )  # per layer: K/128 x N for qkv, o, gate_up, down
+    expected = 2 * LINEAR_PER_LAYER + 2 * groups * 2 + 2 * EMBED * 2 + NORMS * 2
+    assert stage_weight_bytes(block, 1, 1, marlin=True) == (expected,)
+    # a per-tensor / per-channel checkpoint: one scale per output channel, in bf16 (fp32 natively)
+    channel = replace(tiny, quantization=QuantConfig("fp8", 8))
+    scales = 2 * (1536 + 1024 + 8192 + 1024) * 2
+    assert stage_weight_bytes(channel, 1, 1, marlin=True) == (
+        2 * LINEAR_PER_LAYER + scales + 4 * EMBED + 2 * NORMS,
+    )
+
+
+def test_fp8_runs_through_marlin_only_on_nvidia_gpus_without_fp8_compute(tiny: ModelArch) -> None:
+    fp8 = replace(tiny, quantization=QuantConfig("fp8", 8, block=128))
+    assert fp8_marlin(fp8, (8, 0)) and fp8_marlin(fp8, (8, 6))
+    assert not fp8_marlin(fp8, (8, 9)) and not fp8_marlin(fp8, (9, 0))
+    assert not fp8_marlin(fp8, (8, 0), vendor="amd") and not fp8_marlin(tiny, (8, 0))
+
+
+def test_qwen3_30b_a3b_fp8_on_an_a100_loads_what_vllm_logged() -> None:
+    # vllm#21428: 'Model loading took 29.4988 GiB' after the Marlin repack on an A100-SXM4-80GB (the block
+    # scales expanded to bf16 add 1.56 % of the FP8 bytes: -1.54 % without them)
+    arch = load_arch("Qwen/Qwen3-30B-A3B-FP8", online=False)
+    marlin = max(stage_weight_bytes(arch, 1, 1, marlin=True)) / (1 << 30)
+    assert abs(marlin / 29.4988 - 1) < 0.002
+    assert weight_gib(arch) < marlin
 
 
 def test_awq_int4_adds_fp16_scales_and_packed_zeros_per_group(tiny: ModelArch) -> None:
