@@ -28,9 +28,9 @@ unit:
 # hold three deployments' engines (~3 GB each) besides the other lab engines: more than CI's 24 GiB.
 # `WORKERS=0` runs one process.
 # The rollouts under real faults (`rollout_faults`: engines slowed past 300 s, driver and stale-engine
-# reboots, a killed run, two runs at once, rollback after an interrupted apply) restart engines one host at a
-# time, 10-22 minutes a module on 2 cores: with them CI's run passed its 90 minutes, so they run apart, in
-# `make test-rollouts`.
+# reboots, a killed run, two runs at once, rollback after an interrupted apply, waves and canaries) restart
+# engines a host or two at a time, 10-22 minutes a module on 2 cores: with them CI's run passed its 90
+# minutes, so they run apart, in `make test-rollouts`.
 WORKERS ?= 2
 test: lint typecheck
 	if [ "$$(id -u)" = 0 ]; then $(MAKE) demo-fresh; else echo "demo-fresh: skipped (needs root)"; fi
