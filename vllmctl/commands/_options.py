@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from vllmctl.releases.rollout import MaxFail
+from vllmctl.releases.waves import MaxUnavailable
 from vllmctl.runner import (
     BOOKKEEPING_TIMEOUT_S,
     CHANGE_TIMEOUT_S,
@@ -58,6 +59,23 @@ def max_fail(text: str) -> MaxFail:
         return MaxFail.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def max_unavailable(text: str) -> MaxUnavailable:
+    try:
+        return MaxUnavailable.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--{exc}") from exc
+
+
+def add_max_unavailable(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-unavailable",
+        type=max_unavailable,
+        metavar="N|P%",
+        help="hosts of each model (or percent of them) taken out of service at once, for this run: "
+        "overrides every model's max_unavailable; never below min_available, after the canary",
+    )
 
 
 def add_rollout(parser: argparse.ArgumentParser) -> None:

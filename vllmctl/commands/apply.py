@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.commands import _options as options
@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--max-fail-percentage", type=float, help="skip later batches once a batch fails past this rate"
     )
     options.add_rollout(parser)
+    options.add_max_unavailable(parser)
     options.add_timeout(parser, changes_hosts=True)
     parser.add_argument("--host-timeout", type=float, default=3600.0, help="seconds per host for the run")
     parser.add_argument(
@@ -75,6 +76,7 @@ def request_from(args: argparse.Namespace) -> ApplyRequest:
         max_fail_percentage=args.max_fail_percentage,
         max_fail=args.max_fail,
         wait_available=args.wait_available,
+        max_unavailable=args.max_unavailable,
         timeout=args.timeout,
         host_timeout=args.host_timeout,
         no_gate=args.no_gate,
@@ -98,6 +100,8 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
         ui.json(outcome.to_json())
     else:
         show_plan(ui, outcome.result, args.verbose)
+        for line in wave_lines(outcome.waves):
+            ui.info(line)
     show_failures(ui, outcome.result)
     if outcome.gateway_gate is not None and not outcome.gateway_gate["passed"]:
         reasons = "\n  ".join(outcome.gateway_gate["reasons"])
@@ -109,6 +113,18 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
     if outcome.failed:
         return EXIT_FAILURE
     return EXIT_CHANGES if args.check and outcome.changed else EXIT_OK
+
+
+def wave_lines(rollout: dict[str, Any]) -> list[str]:
+    """The rollout's waves, planned (--check) or as they ran, then the hosts no wave could take."""
+    said = []
+    for number, wave in enumerate(rollout.get("waves", []), 1):
+        canary = wave.get("canary")
+        kind = " (canary, alone)" if canary is True else f" (canary of {', '.join(canary)})" if canary else ""
+        took = f" in {wave['end'] - wave['start']:.0f} s" if wave.get("end") is not None else ""
+        said.append(f"rollout wave {number}{kind}: {', '.join(wave['hosts'])}{took}")
+    said.extend(f"rollout held: {host}: {why}" for host, why in rollout.get("held", {}).items())
+    return said
 
 
 def show_groups(ui: Ui, groups: list[GroupRun], diffs: bool) -> None:

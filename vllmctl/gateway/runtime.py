@@ -46,6 +46,8 @@ class ServerStat:
     queued: int
     check: str = ""
     total: int = 0  # sessions it was sent since HAProxy started (`stot`)
+    errors: int = 0  # 5xx responses and response errors since HAProxy started (`hrsp_5xx` + `eresp`)
+    total_time_ms: int = 0  # average session time over its last 1024 sessions (`ttime`)
 
     @property
     def ref(self) -> str:
@@ -77,6 +79,8 @@ def parse_stat(output: str) -> dict[str, ServerStat]:
             _int(row.get("qcur")),
             (row.get("check_status") or "").strip(),
             _int(row.get("stot")),
+            _int(row.get("hrsp_5xx")) + _int(row.get("eresp")),
+            _int(row.get("ttime")),
         )
         found[stat.ref] = stat
     return found

@@ -1,6 +1,6 @@
 """Semantic checks the schema cannot express, run in order over one inventory: names, engine args and GPU fit,
-adapters and speculative decoding, multi_node groups, hosts, env names, ports, the gateway, and (when asked)
-the controller's own files."""
+adapters and speculative decoding, rollout bounds, multi_node groups, hosts, env names, ports, the gateway,
+and (when asked) the controller's own files."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from vllmctl.inventory.gateway_checks import check_gateway
 from vllmctl.inventory.host_checks import check_hosts, check_names
 from vllmctl.inventory.ports import check_ports
 from vllmctl.inventory.resolve import Checker, Resolved, mapping
+from vllmctl.inventory.rollout_checks import check_rollout
 
 
 def run_checks(checker: Checker) -> Resolved:
@@ -26,6 +27,7 @@ def run_checks(checker: Checker) -> Resolved:
             check_engine_args(checker, name, model)
             check_gpu_fit(checker, name, model)
             check_adapters(checker, name, model)
+            check_rollout(checker, name, model)
     check_clusters(checker)
     check_hosts(checker)
     check_env(checker)

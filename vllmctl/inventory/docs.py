@@ -146,6 +146,7 @@ SECTIONS = [
     ("`models.NAME.multimodal`", "#/$defs/multimodal"),
     ("`models.NAME.adapters[]`", "#/$defs/adapter"),
     ("`models.NAME.speculative`", "#/$defs/speculative"),
+    ("`models.NAME.canary`", "#/$defs/canary"),
     ("`secrets.NAME`", "#/$defs/secret"),
     ("`{secret: NAME}` references", "#/$defs/secret_ref"),
     ("`vars` (in `defaults` and hosts)", "#/$defs/vars"),

@@ -15,6 +15,7 @@ from vllmctl.inventory.checks import run_checks
 from vllmctl.inventory.clusters import cluster_specs
 from vllmctl.inventory.model import (
     AdapterSpec,
+    CanarySpec,
     ClusterSpec,
     DriverSpec,
     EngineSpec,
@@ -36,6 +37,7 @@ from vllmctl.inventory.resolve import Checker, Resolved, mapping
 from vllmctl.inventory.scan import scan_strings
 from vllmctl.inventory.schema import schema_problems
 from vllmctl.inventory.values import bare_address
+from vllmctl.releases.waves import MaxUnavailable
 
 if TYPE_CHECKING:
     from vllmctl.inventory.resolve import ControllerFiles
@@ -111,6 +113,8 @@ def _model(
         engine_args=dict(mapping(body.get("engine_args"))),
         slo={key: float(value) for key, value in mapping(body.get("slo")).items()},
         min_available=body.get("min_available", 1),
+        max_unavailable=MaxUnavailable.parse(body["max_unavailable"]) if "max_unavailable" in body else None,
+        canary=_canary(mapping(body.get("canary"))),
         revision=body.get("revision"),
         use_case=body.get("use_case"),
         sampling=_sampling(mapping(body.get("sampling"))),
@@ -120,6 +124,12 @@ def _model(
         adapters=tuple(AdapterSpec(**mapping(a)) for a in body.get("adapters") or ()),
         speculative=SpeculativeSpec(**mapping(body["speculative"])) if body.get("speculative") else None,
     )
+
+
+def _canary(raw: dict[str, Any]) -> CanarySpec:
+    hosts = raw.get("hosts")
+    bounds = (float(raw.get("max_error_rate", 0.01)), float(raw.get("max_latency_ratio", 1.5)))
+    return CanarySpec(int(hosts) if hosts is not None else None, float(raw.get("soak_s", 0.0)), *bounds)
 
 
 def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:

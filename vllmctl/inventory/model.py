@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from vllmctl.releases.waves import MaxUnavailable, RolloutLimits
+
 EngineName = Literal["vllm", "sglang"]
 TunnelHttp = Literal["auto", "always", "never"]
 Profile = Literal["throughput", "latency", "balanced", "memory-saver"]
@@ -126,6 +128,17 @@ class SpeculativeSpec:
 
 
 @dataclass(frozen=True)
+class CanarySpec:
+    """The first `hosts` hosts of a model a rollout restarts go alone, then serve `soak_s` seconds, compared
+    with the model's other hosts through the gateway."""
+
+    hosts: int | None = None  # None: 1, or 0 for a model with no limit (min_available 0, no max_unavailable)
+    soak_s: float = 0.0
+    max_error_rate: float = 0.01  # over the soak, above its peers' error rate: worse
+    max_latency_ratio: float = 1.5  # over the soak, times its peers' average session time: worse
+
+
+@dataclass(frozen=True)
 class ModelDeployment:
     name: str
     source: str  # hub id or absolute local path
@@ -139,6 +152,8 @@ class ModelDeployment:
     engine_args: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
     min_available: int = 1  # replicas that keep serving while a rollout restarts another (runner/rollout.py)
+    max_unavailable: MaxUnavailable | None = None  # its hosts out at once; None: 1 (all for min_available 0)
+    canary: CanarySpec = field(default_factory=CanarySpec)
     revision: str | None = None
     use_case: UseCase | None = None
     sampling: dict[str, float | int] = field(default_factory=dict)  # explicit values win over use_case
@@ -147,6 +162,14 @@ class ModelDeployment:
     cluster: ClusterSpec | None = None  # set when `hosts` names a multi_node group: one engine across them
     adapters: tuple[AdapterSpec, ...] = ()
     speculative: SpeculativeSpec | None = None
+
+    @property
+    def limits(self) -> RolloutLimits:
+        """Its rollout bounds: min_available, max_unavailable and the canary."""
+        canary, unbounded = self.canary, self.min_available <= 0 and self.max_unavailable is None
+        hosts = canary.hosts if canary.hosts is not None else 0 if unbounded else 1
+        bounds = (canary.max_error_rate, canary.max_latency_ratio)
+        return RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s, *bounds)
 
     @cached_property
     def host_set(self) -> frozenset[str]:

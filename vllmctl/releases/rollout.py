@@ -1,6 +1,6 @@
 """The rollout policy, pure: when a run that restarts engines may take a host out of service (each model it
-serves keeps `min_available` serving replicas elsewhere, and no other host of that model is out), what its
-wait follows, and when the rollout stops (more failed hosts than `--max-fail` allows)."""
+serves keeps `min_available` serving replicas elsewhere, and fewer than its `max_unavailable` other hosts
+are out), what its wait follows, and when the rollout stops (more failed hosts than `--max-fail` allows)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class Decision:
     # a wait only for hosts this run holds out of service: each is bounded by its own deadlines (its health
     # wait, its gate, --host-timeout) and comes back or fails, so the wait follows them, not a fixed bound
     peers_out: tuple[str, ...] = ()
+    counted: tuple[str, ...] = ()  # the models it takes a serving replica from, that other hosts serve
 
 
 def may_take_out(
@@ -70,39 +71,46 @@ def may_take_out(
     replicas: Sequence[ServingReplica],
     serving: Container[str],
     out: Collection[str],
+    max_out: Mapping[str, int] | None = None,
 ) -> Decision:
     """May `host` stop its engines now? `min_available`: model -> replicas that must keep serving, for the
     models the host serves; `serving`: the refs that serve now; `out`: hosts already out of service.
 
     A host whose replicas of a model do not serve takes nothing away, so it may go (a first deploy, or a
     broken replica being fixed). A model served only by this host has no spare: its restart is allowed and
-    noted. Otherwise no other host of the model may be out (one serving host at a time, so a failure is
-    counted before the next one is touched), and the other hosts' serving replicas must number at least
-    `min_available`. A model whose `min_available` is 0 asks for nothing: its hosts may all go at once.
+    noted. Otherwise fewer than `max_out` (model -> hosts out at once; default 1: one serving host at a time,
+    so a failure is counted before the next one is touched) other hosts of the model may be out, and the
+    other hosts' serving replicas, not out, must number at least `min_available`. A model whose
+    `min_available` is 0 and whose `max_out` is all its hosts asks for nothing: its hosts may all go at once.
 
     A wait names `peers_out` only when every model that keeps the host waiting waits for hosts in `out`
     (they progress); a model short of serving replicas with none of its hosts out is waited for first."""
     notes: list[str] = []
-    busy_models: list[tuple[str, list[str]]] = []
+    counted: list[str] = []
+    busy_models: list[tuple[str, list[str], int]] = []
+    bounds = max_out or {}
     for model, wanted in sorted(min_available.items()):
-        if wanted <= 0:
-            continue
         mine = [r for r in replicas if r.model == model and r.host == host]
         others = [r for r in replicas if r.model == model and r.host != host]
+        hosts = len({r.host for r in others}) + 1
+        if wanted <= 0 and bounds.get(model, hosts) >= hosts:  # no limit: asks nothing, probes nothing
+            continue
         if not any(r.ref in serving for r in mine):
             continue
         if not others:
             notes.append(f"{model} is served only by {host}: it does not serve while {host} restarts")
             continue
+        counted.append(model)
         busy = sorted({r.host for r in others if r.host in out})
-        if busy:
-            busy_models.append((model, busy))
+        bound = bounds.get(model, 1)
+        if len(busy) >= bound:
+            busy_models.append((model, busy, bound))
             continue
         left = 0
         for replica in others:  # `serving` may ask each engine: stop asking once enough serve
-            left += replica.ref in serving
             if left >= wanted:
                 break
+            left += replica.host not in out and replica.ref in serving
         if left < wanted:
             down = [r.ref for r in others if r.ref not in serving]
             return Decision(
@@ -111,11 +119,19 @@ def may_take_out(
                 f"not serving: {', '.join(down)}",
             )
     if busy_models:
-        said = (f"{m}: {', '.join(h)} is out of service; one of its hosts at a time" for m, h in busy_models)
+        said = (f"{m}: {', '.join(h)} {_out(h)} of service; {_at_a_time(n)}" for m, h, n in busy_models)
         why = "; ".join(said)
-        peers = tuple(sorted({h for _, hosts in busy_models for h in hosts}))
+        peers = tuple(sorted({h for _, hosts, _ in busy_models for h in hosts}))
         return Decision("wait", why, peers_out=peers)
-    return Decision("go", notes=tuple(notes))
+    return Decision("go", notes=tuple(notes), counted=tuple(counted))
+
+
+def _out(hosts: Sequence[str]) -> str:
+    return "is out" if len(hosts) == 1 else "are out"
+
+
+def _at_a_time(bound: int) -> str:
+    return "one of its hosts at a time" if bound == 1 else f"{bound} of its hosts at a time (max_unavailable)"
 
 
 @dataclass

@@ -23,10 +23,12 @@ from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
 from vllmctl.releases.host import inventory_digest
 from vllmctl.releases.rollout import MaxFail
+from vllmctl.releases.waves import MaxUnavailable
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
+from vllmctl.runner.apply_hooks import gate_options, gates, keep_current_hook, release_hook
 from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
 from vllmctl.runner.engine_cuda import with_engine_cuda
-from vllmctl.runner.execute import AfterHeld, AfterHost, RunOptions
+from vllmctl.runner.execute import RunOptions
 from vllmctl.runner.fact_cache import default_root as fact_cache_root
 from vllmctl.runner.fanout import fan_out_first
 from vllmctl.runner.fanout_record import record_fanout
@@ -47,12 +49,12 @@ from vllmctl.runner.fleet import (
 from vllmctl.runner.gateway import fleet_servers, gateway_plans, gateway_secrets, ssh_gateway
 from vllmctl.runner.orphans import heal_lines, heal_orphans
 from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.remote import Remote
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
 from vllmctl.runner.view import Progress
+from vllmctl.runner.waves import planned_waves, with_max_unavailable
 from vllmctl.tasks.desired import HostContext, render_env
-from vllmctl.tasks.playbooks import Playbook, load_playbook, with_task_params
+from vllmctl.tasks.playbooks import load_playbook, with_task_params
 
 if TYPE_CHECKING:  # imported where used: a run with no gate and no multi-node model never loads them
     from vllmctl.multinode.plan import ClusterPlan
@@ -75,6 +77,7 @@ class ApplyRequest:
         default_factory=MaxFail
     )  # failed hosts the rollout tolerates before it takes no further host out
     wait_available: float = DEFAULT_WAIT_S  # how long a host waits for its models' other replicas to serve
+    max_unavailable: MaxUnavailable | None = None  # every model's, for this run; None: the inventory's
     timeout: float = 600.0  # one remote command
     host_timeout: float = 3600.0
     no_gate: bool = False
@@ -98,6 +101,8 @@ class ApplyOutcome:
     staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
     # the servers a dead run left out of service, put back before this run began (runner/orphans.py)
     healed: list[dict[str, Any]] = field(default_factory=list)
+    # the rollout's waves: planned (--check: "waves" and "held"), or as they ran (hosts, canary, start, end)
+    waves: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -117,48 +122,11 @@ class ApplyOutcome:
             "gateway_gate": self.gateway_gate,
             "staging": staging,
             "healed": self.healed,
+            "rollout": self.waves,
         }
 
 
 Confirm = Callable[[int, str], bool]  # (hosts, playbook) -> go ahead?
-
-
-def gates(playbook: Playbook) -> bool:
-    """Only a playbook that starts the model services makes releases."""
-    return any(
-        task.task == "model_services" and task.params.get("start", True) is not False
-        for phase in playbook.phases
-        for task in phase.tasks
-    )
-
-
-def release_hook(
-    args: ApplyRequest, inventory: Inventory, started: str, keys: Mapping[str, str]
-) -> AfterHost:
-    from vllmctl.runner.release import GateOptions, gate_host
-
-    opts = GateOptions(
-        owner=lock_owner(started),
-        created_at=started,
-        inventory_digest=inventory_digest(Path(args.inventory).read_text()),
-        keep=args.keep_releases or inventory.releases.keep,
-        command_timeout_s=args.bookkeeping_timeout,
-        health_timeout_s=args.health_timeout or FLOOR_S,
-        api_keys=keys,
-    )
-
-    def after_host(
-        ctx: HostContext, remote: Remote, lock: Callable[[], None], failure: str
-    ) -> dict[str, Any]:
-        return gate_host(ctx, remote, lock, opts, failure).to_json()
-
-    return after_host
-
-
-def keep_current_hook(args: ApplyRequest) -> AfterHeld:
-    from vllmctl.runner.release import keep_current
-
-    return lambda ctx, remote: keep_current(ctx, remote, args.bookkeeping_timeout)
 
 
 def deploy_groups(
@@ -221,6 +189,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     the local audit log records what was done."""
     args = request
     inventory = load_inventory(args.inventory, LocalFiles())  # validate's checks, the controller's too
+    inventory = with_max_unavailable(inventory, args.max_unavailable)
     playbook = load_playbook(args.playbook)
     if args.health_timeout is not None:
         for task in ("health_check", "driver_reboot"):  # the wait for engines after a reboot too
@@ -250,6 +219,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         playbook, contexts, inventory.staging, args.check, args.forks, ui.info, args.offline
     )
     guard: RolloutGuard | None = None
+    rolled: dict[str, Any] = {}  # canaries their soak found worse, rolled back
     started = datetime.now(UTC).isoformat(timespec="seconds")
     owner = lock_owner(started)
     healed: list[dict[str, Any]] = []
@@ -285,14 +255,21 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         with Progress(ui, hosts) as progress:
             remotes = ssh_remote if args.fresh_facts else cached_ssh_remote(fact_cache_root(os.environ))
             result = run_playbook(playbook, contexts, remotes, opts, time.time, progress)
+        if guard is not None and opts.after_host is not None and guard.canaries.worse:
+            from vllmctl.runner.canary_rollback import roll_back_canaries
+
+            gate = gate_options(args, inventory, started, keys)
+            rolled = roll_back_canaries(guard, result, contexts, remotes, gate)
     finally:
         if guard is not None:
             guard.close()
     record_fanout(result, staged.found, args.check)
+    waves = planned_waves(inventory, result).to_json() if args.check else {}
     if guard is not None:
         for name, host in result.hosts.items():
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
             host.rollout = guard.host_events(name)
+        waves = {"waves": guard.waves.to_json(), **({"canaries_rolled_back": rolled} if rolled else {})}
     groups = []
     if clusters and not opts.stop.is_set():  # an interrupted run starts nothing more
         groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, guard, ui)
@@ -319,4 +296,4 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
                 "groups": {g.model: {"status": g.status, "release": g.release} for g in groups},
             },
         )
-    return ApplyOutcome(result, groups, verdict, staged.found, healed)
+    return ApplyOutcome(result, groups, verdict, staged.found, healed, waves)

@@ -25,13 +25,8 @@ from vllmctl.runner.history import RemoteFor, survey
 from vllmctl.runner.orphans import heal_lines, heal_orphans
 from vllmctl.runner.release import GateOptions, activate, audit_line, check_serving, read_releases
 from vllmctl.runner.remote import Remote
-from vllmctl.runner.rollout import (
-    DEFAULT_WAIT_S,
-    EngineGuard,
-    Probe,
-    RolloutGuard,
-    rollout_guard,
-)
+from vllmctl.runner.rollout import DEFAULT_WAIT_S, EngineGuard, RolloutGuard, rollout_guard
+from vllmctl.runner.serving import Probe
 from vllmctl.tasks.desired import HostContext
 
 Log = Callable[[str], None]

@@ -6,27 +6,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllmctl.errors import VllmctlError
 from vllmctl.facts.lock_owner import parse_owner
 from vllmctl.inventory.model import Inventory
+from vllmctl.releases.canary import Canaries, WaveLog, max_out
+from vllmctl.releases.canary_check import CanaryBounds
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
-from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
+from vllmctl.releases.rollout import Decision, MaxFail, RolloutLedger, ServingReplica, may_take_out
+from vllmctl.releases.waves import RolloutLimits
+from vllmctl.runner.canary_soak import SoakJudge
 from vllmctl.runner.gateway import GatewayControl
 from vllmctl.runner.interrupt import STOP, reason
 from vllmctl.runner.out_records import OutRecords, ssh_connect
+from vllmctl.runner.serving import Probe, Serving, health_probe
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
 from vllmctl.transport.tunnel import base_url
 
 POLL_S = 1.0
-PROBE_TIMEOUT_S = 3.0
 DEFAULT_WAIT_S = 300.0
 
-Probe = Callable[[ServingReplica], bool]  # does it answer /health and list its model?
 Waiting = Callable[[str], None]  # why a host waits for its turn, said when that changes
 
 
@@ -52,47 +55,6 @@ class EngineGuard(Protocol):
     def stopped(self) -> str: ...
 
 
-def health_probe(
-    api_keys: Mapping[str, str], url_of: Callable[[ServingReplica], str] = lambda r: r.url
-) -> Probe:
-    """One attempt of the release gate's own readiness probe (GET /health, then /v1/models listing the
-    model: another engine on the port does not count), with the model's API key, at `url_of` the replica
-    (tunnelled where its host needs it: the forward opens only for a replica probed)."""
-
-    def probe(replica: ServingReplica) -> bool:
-        import httpx
-
-        from vllmctl.bench.health import probe as ready
-
-        with httpx.Client(trust_env=False) as client:
-            key = api_keys.get(replica.model)
-            return ready(client, url_of(replica), replica.model, PROBE_TIMEOUT_S, key)[0] == "ready"
-
-    return probe
-
-
-class Serving(Container[str]):
-    """Which refs serve, asked lazily: the gateway's UP set for models behind it (read once), each engine's
-    /health otherwise (each asked at most once)."""
-
-    def __init__(
-        self, replicas: Iterable[ServingReplica], up: set[str] | None, behind: Container[str], probe: Probe
-    ):
-        self.by_ref = {r.ref: r for r in replicas}
-        self.up, self.behind, self.probe = up, behind, probe
-        self.asked: dict[str, bool] = {}
-
-    def __contains__(self, ref: object) -> bool:
-        replica = self.by_ref.get(str(ref))
-        if replica is None:
-            return False
-        if self.up is not None and replica.model in self.behind:
-            return replica.ref in self.up
-        if replica.ref not in self.asked:
-            self.asked[replica.ref] = self.probe(replica)
-        return self.asked[replica.ref]
-
-
 @dataclass
 class RolloutGuard:
     """The rollout's ledger behind one lock: hosts out of service, failures, the wait for replicas to serve;
@@ -114,6 +76,10 @@ class RolloutGuard:
     events: list[dict[str, Any]] = field(default_factory=list)
     records: OutRecords | None = None  # other runs' out-of-service records; None: this process only
     stop: threading.Event = STOP  # the run's stop (a signal): a waiting host refuses its turn at once
+    max_out: dict[str, int] = field(default_factory=dict)  # model -> its hosts out at once (default 1)
+    canaries: Canaries = field(default_factory=lambda: Canaries({}))  # no limits given: no canary
+    waves: WaveLog = field(default_factory=WaveLog)
+    soak: SoakJudge | None = None  # compares a soaked canary with its peers (models behind the gateway)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _seen: dict[str, list[OutRecord]] = field(default_factory=dict)  # host -> records its last decision read
 
@@ -153,11 +119,20 @@ class RolloutGuard:
                 if self.ledger.stopped:
                     return self._held(host, self.ledger.stopped)
                 out = self._out(host)
-                decision = may_take_out(host, models, self.replicas, self.serving(models), out)
-                if decision.verdict == "go" and self._claim(host):
-                    self.ledger.out.add(host)
+                decision = may_take_out(host, models, self.replicas, self.serving(models), out, self.max_out)
+                self._judge(decision.counted, out)
+                canary = self.canaries.verdict(decision.counted, out, self.clock())
+                if decision.verdict == "go" and canary.verdict == "stop":
+                    return self._held(host, canary.reason)
+                if decision.verdict == "go" and canary.verdict == "go" and self._claim(host):
+                    self.ledger.out.add(host)  # its canary slots too: under the lock, before the next host
+                    self.canaries.took(host, canary.canary_of)
+                    self.waves.out(host, canary.canary_of, time.time())
                     break
-                if decision.peers_out and set(decision.peers_out) <= self.ledger.out:
+                if decision.verdict == "go" and canary.verdict == "wait":
+                    decision = Decision("wait", canary.reason)
+                    deadline = self.clock() + self.wait_s  # the canary progresses within its own deadlines
+                elif decision.peers_out and set(decision.peers_out) <= self.ledger.out:
                     # this run's own peers progress within their own deadlines: --wait-available counts from
                     # when they are back; another run's, which this one cannot watch, get --wait-available
                     deadline = self.clock() + self.wait_s
@@ -168,10 +143,23 @@ class RolloutGuard:
                     said = decision.reason
                     waiting(said)
                 self._cond.wait(self.poll_s)
-        self.events.append({"host": host, "event": "out", "notes": list(decision.notes), "time": time.time()})
+        went = {"host": host, "event": "out", "notes": list(decision.notes), "time": time.time()}
+        self.events.append({**went, "canary": list(canary.canary_of)} if canary.canary_of else went)
         if self.gateway is not None:
             self.gateway.drain(host)
         return ""
+
+    def _judge(self, models: Iterable[str], out: Collection[str]) -> None:
+        """Each model whose canaries just served their soak: compared once with its peers (under the lock)."""
+        now = self.clock()
+        for model in models:
+            if self.soak is None or model in self.canaries.judged or not self.canaries.soaked(model, now):
+                continue
+            limits = self.canaries.limits.get(model, RolloutLimits())
+            bounds = {model: CanaryBounds(limits.max_error_rate, limits.max_latency_ratio)}
+            self.canaries.reject(model, self.soak.verdict(model, self.canaries.chosen[model], out, bounds))
+            for host in self.canaries.chosen[model] if self.canaries.judged[model] else ():
+                self.ledger.fail(host, self.canaries.failed[host])  # counted against --max-fail
 
     def _held(self, host: str, why: str) -> str:
         self.events.append({"host": host, "event": "held", "reason": why, "time": time.time()})
@@ -200,6 +188,11 @@ class RolloutGuard:
             if failure or lost:
                 self.ledger.fail(host, failure or lost)
             self.ledger.out.discard(host)
+            self.canaries.returned(host, failure or lost, self.clock())
+            canary_of = [m for m, hosts in self.canaries.chosen.items() if host in hosts]
+            if self.soak is not None and canary_of and not (failure or lost):
+                self.soak.begin(canary_of)
+            self.waves.returned(host, time.time())
             self._cond.notify_all()
         back = {"host": host, "event": "back", "failed": bool(failure or lost), "time": time.time()}
         self.events.append(back)
@@ -283,7 +276,13 @@ def rollout_guard(
     )
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
+    limits = {m.name: m.limits for m in inventory.models.values()}
+    hosts_of: dict[str, set[str]] = {}
+    for replica in replicas:
+        hosts_of.setdefault(replica.model, set()).add(replica.host)
     guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s, stop=stop)
+    guard.max_out, guard.canaries = max_out(limits, hosts_of), Canaries(limits)
+    guard.soak = SoakJudge(gateway, replicas) if gateway is not None else None
     if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
         guard.records = ssh_out_records(inventory, replicas, owner)
     return guard

