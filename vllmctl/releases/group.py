@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from vllmctl.errors import PlanError
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.units import (
@@ -87,6 +88,14 @@ def group_spec(
     """What the run wants. Launcher ray: every used node's Ray unit, and the engine unit on the head when it
     is started. Launcher vllm: the engine unit on every used node (`start_engine` False: nothing to run)."""
     cluster, gpus = plan.cluster, int(plan.plan.gpu_count)
+    if cluster.launcher == "data_parallel":
+        # its units and plan exist (multinode/dp_units.py) but the group flow does not yet start, gate or
+        # roll back DP nodes: refused before anything is written rather than run as if it were Ray
+        raise PlanError(
+            f"group '{cluster.group}': launcher data_parallel is planned (`vllmctl plan`) but its group "
+            "release (start, gate, rollback) is not built yet",
+            "deploy with launcher vllm or ray for now; docs/multinode.md says what is built",
+        )
     envs = {host: inv.hosts[host].vars.get("env", {}) for host in plan.hosts}
     model = inv.models[plan.model]
     own = cluster.launcher == "vllm"
