@@ -213,7 +213,10 @@ def activate_and_check(
     if engine_unit not in manifests[head].units:
         return Verdict(True, (), {}), ray
     ranks = [node for node in nodes.names[1:] if engine_unit in manifests[node].units]
-    return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
+    try:
+        return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
+    except VllmctlError as exc:  # an engine unit that would not start: the same failed release
+        return Verdict(False, (exc.render(),), {}), ray
 
 
 def check_engine(
