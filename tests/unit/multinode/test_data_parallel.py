@@ -14,7 +14,6 @@ from vllmctl.multinode.dp_units import dp_node_argv, render_dp_node_unit
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.plan import _for_host as for_host
 from vllmctl.multinode.preflight import cluster_ports, probe_targets
-from vllmctl.releases.group import group_spec
 from vllmctl.tasks.desired import venv_path
 
 Load = Callable[[str], Inventory]
@@ -208,10 +207,3 @@ def test_a_dense_model_is_refused_vllms_external_mode_from_0_21(load: Load) -> N
     assert "Non-MoE models do not support external data parallel mode" in refused.value.message
     _, older = planned(load, text.replace('"0.32.0"', '"0.20.2"'))
     assert older.data_parallel is not None and older.data_parallel.experts_per_rank == (0, 0)
-
-
-def test_the_group_release_refuses_data_parallel_until_its_flow_is_built(load: Load) -> None:
-    inv, plan = planned(load)
-    with pytest.raises(PlanError) as refused:
-        group_spec(inv, plan, engine_of(inv), ADDRESSES, start_engine=True)
-    assert "launcher data_parallel is planned (`vllmctl plan`) but its group release" in refused.value.message
