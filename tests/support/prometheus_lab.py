@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,24 @@ import yaml
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 INTERVAL = "5s"  # scrape and rule evaluation: the `for` windows are minutes, the tests wait seconds
+
+
+def export_all(
+    vllmctl: Callable[..., subprocess.CompletedProcess[str]], served: Path, rules_from: Path, work: Path
+) -> tuple[str, Path, Path]:
+    """What a user loads, written under `work`: `export prometheus`'s file SD for `served` and the scrape
+    config reading it, `export alerts` for `rules_from`, `export grafana` for `served`."""
+    sd, rules, board = work / "sd.json", work / "alerts.yml", work / "grafana"
+    for argv in (
+        ("export", "prometheus", str(served), "--output", str(sd)),
+        ("export", "alerts", str(rules_from), "--output", str(rules)),
+        ("export", "grafana", str(served), "--output-dir", str(board)),
+    ):
+        done = vllmctl(*argv, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    scrape = vllmctl("export", "prometheus", str(served), "--format", "scrape-config", "--sd-file", str(sd))
+    assert scrape.returncode == 0, scrape.stderr
+    return scrape.stdout, rules, board
 
 
 def free_port() -> int:

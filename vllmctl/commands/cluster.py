@@ -92,7 +92,7 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
         ui.json(status.to_json())
     else:
         units = ", ".join(f"{host} {state}" for host, state in status.ray_units.items())
-        own = status.launcher == "vllm"
+        own = status.ray_free
         ui.data(f"group {status.group} (head {status.head}): {'engine' if own else 'Ray'} units: {units}")
         if not own:
             ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")

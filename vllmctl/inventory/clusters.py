@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vllmctl.inventory.data_parallel_checks import check_group, check_model, data_parallel_settings
 from vllmctl.inventory.model import MASTER_PORT, ClusterSpec, RaySettings
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def check_clusters(checker: Checker) -> None:
                 True,
             )
         _check_ports(checker, name, _mapping(raw.get("ray")))
+        check_group(checker, name, raw, len(hosts))
     for model, body in _mapping(checker.data.get("models")).items():
         if isinstance(body, dict):
             _check_model(checker, model, body, groups)
@@ -107,6 +109,9 @@ def _check_model(
         )
     group = groups[named[0]]
     port = body.get("port", 8000)
+    if group.get("launcher") == "data_parallel":
+        check_model(checker, model, body, named[0], group)
+        return
     if group.get("launcher") == "vllm":
         if port == group.get("master_port", MASTER_PORT):
             checker.add(
@@ -143,6 +148,7 @@ def cluster_specs(data: dict[str, Any], resolved: Resolved) -> dict[str, Cluster
             ray=ray_settings(raw),
             launcher=raw.get("launcher", "ray"),
             master_port=raw.get("master_port", MASTER_PORT),
+            data_parallel=data_parallel_settings(raw),
         )
         for name, raw in multi_node_groups(data).items()
     }

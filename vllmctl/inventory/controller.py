@@ -56,7 +56,8 @@ def check_controller(checker: Checker, files: ControllerFiles) -> None:
             found = files.stat(files.expand(known))
             where = checker.where(host, ("ssh", "known_hosts"))
             if found is None:
-                address, port = str(merged.get("address")), ssh.get("port", 22)
+                port = ssh.get("port", 22)  # a port of the wrong type is the schema's error, not this hint's
+                address, port = str(merged.get("address")), port if isinstance(port, int) else 22
                 missing_known.setdefault((where, known), []).append((bare_address(address), port))
             elif found.st_mode & stat.S_IWOTH:
                 hint = f"chmod 644 {shell_word(files.expand(known))}"

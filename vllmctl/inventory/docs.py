@@ -140,6 +140,7 @@ SECTIONS = [
     ("`engine` (in `defaults`, hosts and models)", "#/$defs/engine"),
     ("`groups.NAME` as a mapping", "#/$defs/cluster_group"),
     ("`groups.NAME.ray`", "#/$defs/ray"),
+    ("`groups.NAME.data_parallel`", "#/$defs/data_parallel"),
     ("`models.NAME`", "#/$defs/model"),
     ("`models.NAME.slo`", "#/$defs/slo"),
     ("`models.NAME.sampling`", "#/$defs/sampling"),

@@ -91,6 +91,21 @@ class RaySettings:
 
 
 MASTER_PORT = 29501  # vLLM's own default (ParallelConfig.master_port)
+DP_RPC_PORT = 29550  # vLLM's own default (ParallelConfig.data_parallel_rpc_port, 0.11.0-0.34.0)
+LAUNCHERS = ("ray", "vllm", "data_parallel")
+BALANCING = ("internal", "external")
+
+
+@dataclass(frozen=True)
+class DataParallelSettings:
+    """Launcher data_parallel: DP ranks per node (None: GPUs per node / TP) and in all (None: per node x
+    hosts); `internal`: one API server on the head balances over every rank, the other nodes headless;
+    `external`: an API server on every node, balanced between by the gateway."""
+
+    size_local: int | None = None
+    size: int | None = None
+    balancing: str = "internal"
+    rpc_port: int = DP_RPC_PORT
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,14 @@ class ClusterSpec:
     hosts: tuple[str, ...]
     interface: str | None = None
     ray: RaySettings = field(default_factory=RaySettings)
-    launcher: str = "ray"  # or "vllm": vLLM's own --nnodes launcher, no Ray (docs/multinode.md)
+    launcher: str = "ray"  # "vllm": vLLM's own --nnodes launcher; "data_parallel": DP ranks per node; no Ray
     master_port: int = MASTER_PORT  # launcher vllm: the head's torch.distributed port
+    data_parallel: DataParallelSettings = field(default_factory=DataParallelSettings)
+
+    @property
+    def ray_free(self) -> bool:
+        """vLLM on every node in its own unit, no Ray (launchers vllm and data_parallel)."""
+        return self.launcher != "ray"
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,18 @@ def activation(
     return NodeActivation(Step("group_activate", f"{manifest.group} {manifest.id}", tuple(actions)), restart)
 
 
+def started_as(manifest: GroupManifest, node: str, index: int) -> str:
+    """How the log names one node's engine start: the head's shape, or the headless node's ranks (`index`:
+    its place among the group's nodes)."""
+    dp = manifest.plan.get("data_parallel")
+    if not isinstance(dp, Mapping):
+        return f"PP {manifest.pp} x TP {manifest.tp}" if node == manifest.head else f"headless rank {index}"
+    if node == manifest.head:
+        return f"API server, DP {dp.get('data_parallel_size')} x TP {manifest.tp}"
+    first = int(dp.get("start_ranks", {}).get(node, 0))
+    return f"headless, DP ranks {first}-{first + int(dp.get('data_parallel_size_local', 1)) - 1}"
+
+
 def create_group_release(manifest: GroupManifest, state: HostReleases) -> Step:
     return create_release(manifest, state, group_releases_dir(manifest.group))
 

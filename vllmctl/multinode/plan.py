@@ -12,14 +12,15 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.loader import resolve_catalog
 from vllmctl.errors import PlanError, VllmctlError
 from vllmctl.inventory.model import ClusterSpec, EngineSpec, Inventory, ModelDeployment
+from vllmctl.multinode import launch_support
+from vllmctl.multinode.dp_plan import DataParallelLayout, plan_data_parallel
 from vllmctl.planner import plan_deployment
 from vllmctl.planner.inventory_plan import GpuFacts, HostModelPlan, deployment_request, host_gpus
 from vllmctl.planner.types import Decision, DeploymentPlan
-from vllmctl.planner.versions import Version, format_version, parse_version
 
 # the planner's own parallelism reasons are replaced by the cluster's, which know the nodes
 REPLACED_REASONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_replicas")
-LAST_WITHOUT_NNODES: Version = (0, 11, 0)
+DP_REPLACED = (*REPLACED_REASONS, "enable_expert_parallel", "data_parallel_size")
 RAY_WHY = "the nodes form one Ray cluster and vLLM on the head places its workers through it"
 LAUNCHER_WHY = (
     "launcher vllm: vLLM's own multi-node launcher (--nnodes/--node-rank/--master-addr), every node runs the "
@@ -42,6 +43,7 @@ class ClusterPlan:
     tp: int
     pp: int
     plan: DeploymentPlan
+    data_parallel: DataParallelLayout | None = None  # launcher data_parallel: the ranks on each node
 
     @property
     def head(self) -> str:
@@ -61,6 +63,7 @@ class ClusterPlan:
             "tensor_parallel_size": self.tp,
             "pipeline_parallel_size": self.pp,
             "plan": self.plan.to_json(),
+            **({"data_parallel": self.data_parallel.to_json()} if self.data_parallel else {}),
         }
 
 
@@ -117,6 +120,18 @@ def plan_cluster(
         )
     _check_launcher(cluster, model.engine or inv.hosts[cluster.hosts[0]].engine)
     nodes = len(cluster.hosts)
+    if cluster.launcher == "data_parallel":
+        request = deployment_request(model, inv.hosts[cluster.hosts[0]], nodes)
+        plan, layout, reasons = plan_data_parallel(cluster, arch, gpu, count, request)
+        kept = tuple(d for d in plan.reasons if d.flag not in DP_REPLACED)
+        used, spare = layout.hosts, cluster.hosts[len(layout.hosts) :]
+        why = f"first rank's node and the DP RPC port on {used[0]}; then {', '.join(used[1:])}" + (
+            f"; not needed: {', '.join(spare)}" if spare else ""
+        )
+        engine_args = {**plan.engine_args, "distributed_executor_backend": "mp"}
+        decisions = (*reasons, Decision("nodes", list(used), why), *kept)
+        planned = replace(plan, engine_args=engine_args, reasons=decisions)
+        return ClusterPlan(model.name, cluster, used, spare, layout.tp, 1, planned, layout)
     explicit_tp = model.engine_args.get("tensor_parallel_size")
     args = {**model.engine_args, "tensor_parallel_size": explicit_tp or count}
     head = inv.hosts[cluster.hosts[0]]
@@ -146,14 +161,10 @@ def plan_cluster(
 
 
 def _check_launcher(cluster: ClusterSpec, engine: EngineSpec) -> None:
-    """vLLM's own multi-node launcher came with PR #23691 (`--nnodes`/`--node-rank`/`--master-addr`), still in
-    review three weeks after 0.11.0 was released: no release up to 0.11.0 has it."""
-    if cluster.launcher == "vllm" and parse_version(engine.version) <= LAST_WITHOUT_NNODES:
-        raise PlanError(
-            f"launcher vllm in group '{cluster.group}' needs vLLM's --nnodes launcher, which vLLM "
-            f"{engine.version} does not have (it came after {format_version(LAST_WITHOUT_NNODES)})",
-            "use launcher: ray for this engine version, or a newer vLLM",
-        )
+    """Launcher vllm needs `--nnodes` and its companions in the engine's release, as read from its source
+    (came with vLLM PR #23691, first in 0.11.1); a release not read is refused, not run unchecked."""
+    if cluster.launcher == "vllm":
+        launch_support.check_release(cluster.group, "vllm", engine.version, launch_support.NNODES_FLAGS)
 
 
 def _reasons(
@@ -247,7 +258,13 @@ def cluster_entries(
 
 def _for_host(cluster: ClusterPlan, host: str) -> DeploymentPlan:
     own = cluster.cluster.launcher == "vllm"
-    if host == cluster.head:
+    dp = cluster.data_parallel
+    if dp is not None and host in dp.hosts:
+        first = dp.start_rank(host)
+        serves = "runs an API server" if host in dp.api_hosts else "headless"
+        role = "head" if host == cluster.head else "worker"
+        why = f"DP ranks {first}-{first + dp.size_local - 1} of {dp.size} (TP {dp.tp} each); {serves}"
+    elif host == cluster.head:
         kind = "vLLM rank head" if own else "Ray head"
         role, why = "head", f"{kind}; runs the API server and pipeline stage 0 of {cluster.pp}"
     elif host in cluster.workers:

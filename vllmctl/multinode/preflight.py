@@ -71,6 +71,9 @@ def cluster_ports(cluster: ClusterSpec) -> list[int]:
     vllm: the head's master port (its engine's message queue and NCCL/Gloo ports are ephemeral too)."""
     if cluster.launcher == "vllm":
         return [cluster.master_port]
+    if cluster.launcher == "data_parallel":
+        # the head's DP RPC port (the handshake); the coordinator's and DP group's ports are ephemeral
+        return [cluster.data_parallel.rpc_port]
     ray = cluster.ray
     ports = [ray.gcs_port, ray.node_manager_port, ray.object_manager_port, ray.distributed_port]
     return [*ports, ray.min_worker_port, ray.max_worker_port]
@@ -210,9 +213,11 @@ def parse_probe(source: str, stdout: str) -> list[ProbeResult]:
 def probe_targets(
     cluster: ClusterSpec, source: str, addresses: Mapping[str, str]
 ) -> list[tuple[str, str, int]]:
+    # data parallel: only the head listens on a pinned port (the DP RPC port every node's engines dial)
+    targets = cluster.hosts[:1] if cluster.launcher == "data_parallel" else cluster.hosts
     return [
         (host, addresses[host], port)
-        for host in cluster.hosts
+        for host in targets
         if host != source and host in addresses
         for port in cluster_ports(cluster)
     ]

@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from vllmctl.errors import PlanError
 from vllmctl.inventory.model import EngineSpec, Inventory
+from vllmctl.multinode.dp_units import render_dp_node_unit
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.units import (
     ray_unit_name,
@@ -58,7 +60,7 @@ class GroupManifest(Manifest):
     pp: int = 0
     gpus_per_node: int = 0
     ray_address: str = ""  # the head's GCS, IP:port, as the Ray units of this release use it
-    launcher: str = "ray"  # or "vllm": the engine unit on every node, no Ray (older manifests: ray)
+    launcher: str = "ray"  # vllm, data_parallel: the engine unit on every node, no Ray (older manifests: ray)
 
 
 @dataclass(frozen=True)
@@ -78,18 +80,28 @@ class GroupSpec:
     venv_path: str
     units: Mapping[str, Mapping[str, str]]  # node -> unit file name -> content
     models: Mapping[str, Mapping[str, Any]]  # on the head when the engine is part of the release
-    launcher: str = "ray"  # or "vllm": the engine unit on every node, no Ray
+    launcher: str = "ray"  # vllm or data_parallel: the engine unit on every node, no Ray
+    data_parallel: Mapping[str, Any] = field(default_factory=dict)  # launcher data_parallel: its layout
 
 
 def group_spec(
     inv: Inventory, plan: ClusterPlan, engine: EngineSpec, addresses: Mapping[str, str], start_engine: bool
 ) -> GroupSpec:
     """What the run wants. Launcher ray: every used node's Ray unit, and the engine unit on the head when it
-    is started. Launcher vllm: the engine unit on every used node (`start_engine` False: nothing to run)."""
-    cluster, gpus = plan.cluster, int(plan.plan.gpu_count)
+    is started. Launchers vllm and data_parallel: the engine unit on every used node (`start_engine` False:
+    nothing to run)."""
+    cluster, gpus, dp = plan.cluster, int(plan.plan.gpu_count), plan.data_parallel
+    if dp is not None and dp.balancing == "external":
+        # an API server per node only serves once the gateway lists and drains each node's server
+        raise PlanError(
+            f"group '{cluster.group}': launcher data_parallel with balancing external is planned (`vllmctl "
+            "plan`) but not deployed: the gateway does not list and drain one API server per node yet",
+            "use balancing: internal (one API server on the first node); see docs/multinode.md",
+        )
     envs = {host: inv.hosts[host].vars.get("env", {}) for host in plan.hosts}
     model = inv.models[plan.model]
-    own = cluster.launcher == "vllm"
+    own = cluster.ray_free
+    render_engine = render_node_engine_unit if dp is None else render_dp_node_unit
     units: dict[str, dict[str, str]] = {host: {} for host in plan.hosts}
     engine_unit = unit_name(model.name, 0)
     for host in plan.hosts:
@@ -97,9 +109,7 @@ def group_spec(
             text = render_ray_unit(cluster, engine, host, addresses, gpus, envs[host])
             units[host][ray_unit_name(cluster.group)] = text
         if start_engine and own:
-            units[host][engine_unit] = render_node_engine_unit(
-                model, engine, plan, host, addresses, envs[host]
-            )
+            units[host][engine_unit] = render_engine(model, engine, plan, host, addresses, envs[host])
     models: dict[str, dict[str, Any]] = {}
     if start_engine:
         if not own:
@@ -122,6 +132,7 @@ def group_spec(
         gpus_per_node=gpus,
         ray_address="" if own else f"{addresses[plan.head]}:{cluster.ray.gcs_port}",
         launcher=cluster.launcher,
+        data_parallel=dp.to_json() if dp is not None else {},
         engine=engine.name,
         engine_version=engine.version,
         venv_path=venv_path(engine),
@@ -154,7 +165,8 @@ def group_manifests(
             venv_path=spec.venv_path,
             units=dict(spec.units[node]),
             models={k: dict(v) for k, v in spec.models.items()} if node == spec.head else {},
-            plan={"tensor_parallel_size": spec.tp, "pipeline_parallel_size": spec.pp},
+            plan={"tensor_parallel_size": spec.tp, "pipeline_parallel_size": spec.pp}
+            | ({"data_parallel": dict(spec.data_parallel)} if spec.data_parallel else {}),
             group=spec.group,
             model=spec.model,
             head=spec.head,

@@ -142,9 +142,9 @@ def prepare_nodes(
     credentials: str | None = None,
 ) -> None:
     """Provisioning only (nothing starts): the service user, Ray's directory, and Ray in the engine venv
-    (launcher ray) or the script that runs vLLM's CLI there (launcher vllm)."""
+    (launcher ray) or the script that runs vLLM's CLI there (launchers vllm and data_parallel)."""
     cluster = plan.cluster
-    own = cluster.launcher == "vllm"
+    own = cluster.ray_free
 
     def prepare(host: str) -> None:
         transport = SshTransport(inv.hosts[host])

@@ -68,8 +68,8 @@ def bring_up(
         report = run_preflight(inv, found.model, found.cluster, engine, timeout_s=timeout_s)
         if not report.ok:
             return report, None
-        # launcher vllm has no cluster without its engine: its units are the engine's ranks
-        starts = start_engine or found.cluster.launcher == "vllm"
+        # without Ray there is no cluster without the engine: its units are the engine's ranks
+        starts = start_engine or found.cluster.ray_free
         spec = group_spec(inv, plan, engine, node_addresses(inv, report.facts), starts)
         return report, deploy_group(inv, spec, opts, log, locked)
     finally:

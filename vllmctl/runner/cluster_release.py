@@ -24,6 +24,7 @@ from vllmctl.multinode.group_ops import (
     pointer_step,
     prune_step,
     restart_step,
+    started_as,
     stop_step,
     verdict_step,
 )
@@ -213,7 +214,10 @@ def activate_and_check(
     if engine_unit not in manifests[head].units:
         return Verdict(True, (), {}), ray
     ranks = [node for node in nodes.names[1:] if engine_unit in manifests[node].units]
-    return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
+    try:
+        return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
+    except VllmctlError as exc:  # an engine unit that would not start: the same failed release
+        return Verdict(False, (exc.render(),), {}), ray
 
 
 def check_engine(
@@ -226,7 +230,7 @@ def check_engine(
     ranks: Sequence[str] = (),
 ) -> Verdict:
     """The engine (re)started, headless `ranks` first (launcher vllm: they wait for rank 0 at its master
-    port), then gated on the head's API."""
+    port; data_parallel: for the head's DP RPC port), then gated on the head's API."""
     head = manifest.head
     show = f"systemctl show -p {SHOW_PROPERTIES} -- {shell_word(engine_unit)}"
     before = restart_count(nodes.shell(head, show, sudo=False))
@@ -235,9 +239,9 @@ def check_engine(
     since = nodes.shell(head, "date +%s", sudo=False).strip()
     for node in ranks:  # every rank restarts with rank 0: a rank left running holds the old group's state
         nodes.step(node, restart_step([engine_unit]))
-        log(f"{node}: {engine_unit} started (headless rank {nodes.names.index(node)})")
+        log(f"{node}: {engine_unit} started ({started_as(manifest, node, nodes.names.index(node))})")
     nodes.step(head, restart_step([engine_unit]))
-    log(f"{head}: {engine_unit} started (PP {manifest.pp} x TP {manifest.tp})")
+    log(f"{head}: {engine_unit} started ({started_as(manifest, head, 0)})")
     checks, errors = [], []
     for model, url in release_endpoints(manifest, nodes.url_of(head)):
         key = opts.api_keys.get(model)

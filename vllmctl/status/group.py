@@ -1,5 +1,5 @@
 """A multi-node model's group seen as one, pure: the one script each used node runs for its state (its Ray
-unit, or its engine rank's with launcher vllm, and group release pointers; on the head also the engine unit
+unit, or its engine ranks' without Ray, and group release pointers; on the head also the engine unit
 and `ray status`), the answers read into a ClusterState, and which models `vllmctl status` shows as a group.
 """
 
@@ -30,7 +30,7 @@ def node_state_script(plan: ClusterPlan, engine: EngineSpec, host: str, head_add
     pointers = shell_word(group_dir(plan.cluster.group))
     engine_unit = shell_word(unit_name(plan.model, 0))
     with_ray = plan.cluster.launcher == "ray"
-    node_unit = shell_word(ray_unit_name(plan.cluster.group)) if with_ray else engine_unit  # vllm: its rank
+    node_unit = shell_word(ray_unit_name(plan.cluster.group)) if with_ray else engine_unit  # its ranks
     lines = [
         f"echo ray_unit=$(systemctl is-active {node_unit})",
         f"echo release=$(readlink {pointers}/current || echo {NO_RELEASE})",
@@ -81,7 +81,7 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
         if host == plan.head:
             engine, ray_text = values.get("engine_unit", "unknown"), ray
     counted = parse_ray_status(ray_text) if ray_text else RayStatus(0, 0.0)
-    if plan.cluster.launcher == "vllm":
+    if plan.cluster.ray_free:
         active = sum(state == "active" for state in units.values())
         missing = None if active == len(plan.hosts) else f"{active} of {len(plan.hosts)} ranks' units active"
     else:

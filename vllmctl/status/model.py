@@ -31,7 +31,11 @@ class ClusterState:
     errors: Mapping[str, str] = field(default_factory=dict)
     releases: Mapping[str, str] = field(default_factory=dict)  # used node -> its `current` group release
     known_good: Mapping[str, str] = field(default_factory=dict)  # used node -> its `known-good` pointer
-    launcher: str = "ray"  # "vllm": `ray_units` holds each node's engine (rank) unit, and no Ray is counted
+    launcher: str = "ray"  # vllm, data_parallel: `ray_units` holds each node's engine (ranks) unit, no Ray
+
+    @property
+    def ray_free(self) -> bool:
+        return self.launcher != "ray"
 
     @property
     def release(self) -> str | None:
@@ -51,20 +55,20 @@ class ClusterState:
     def summary(self) -> str:
         """Short text for a table cell, e.g. "ray 2/2 active, formed"."""
         active = sum(state == "active" for state in self.ray_units.values())
-        kind = "ranks" if self.launcher == "vllm" else "ray"
+        kind = "ranks" if self.ray_free else "ray"
         return f"{kind} {active}/{len(self.ray_units)} active, {'formed' if self.formed else 'not formed'}"
 
     def problems(self) -> list[str]:
         """One sentence per thing that keeps the group from being whole."""
         found = [f"{host}: {why}" for host, why in self.errors.items()]
-        unit = "engine unit" if self.launcher == "vllm" else "Ray unit"
+        unit = "engine unit" if self.ray_free else "Ray unit"
         found += [
             f"{unit} on {host} is {state}"
             for host, state in self.ray_units.items()
             if state not in ("active", UNREACHABLE)
         ]
         if self.missing is not None:
-            found.append(f"{'ranks' if self.launcher == 'vllm' else 'ray status'}: {self.missing}")
+            found.append(f"{'ranks' if self.ray_free else 'ray status'}: {self.missing}")
         if len(set(self.releases.values())) > 1:
             on = ", ".join(f"{host} {release}" for host, release in self.releases.items())
             found.append(f"nodes are on different group releases ({on}): re-run `vllmctl cluster`")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from gateway_lab import MODEL, Gateway, Stream
-from prometheus_lab import PROMETHEUS, PROMTOOL, Prometheus
+from prometheus_lab import PROMETHEUS, PROMTOOL, Prometheus, export_all
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -68,25 +68,14 @@ def test_dashboard_and_alerts_against_a_real_prometheus(gateway: Gateway, tmp_pa
     # the rules' inventory asks both replicas to serve, so one engine down is below min_available
     strict = _inventory(gateway, "observe-strict.yml", min_available=2)
 
-    sd, rules, board = tmp_path / "vllmctl.json", tmp_path / "alerts.yml", tmp_path / "grafana"
-    for argv in (
-        ("export", "prometheus", str(served), "--output", str(sd)),
-        ("export", "alerts", str(strict), "--output", str(rules)),
-        ("export", "grafana", str(served), "--output-dir", str(board)),
-    ):
-        done = gateway.vllmctl(*argv, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-    scrape = gateway.vllmctl(
-        "export", "prometheus", str(served), "--format", "scrape-config", "--sd-file", str(sd)
-    )
-    assert scrape.returncode == 0, scrape.stderr
+    scrape, rules, board = export_all(gateway.vllmctl, served, strict, tmp_path)
     assert PROMTOOL is not None
     check = subprocess.run(
         [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
 
-    prometheus = Prometheus(tmp_path, scrape.stdout, rules)
+    prometheus = Prometheus(tmp_path, scrape, rules)
     try:
         with Stream(gateway, clients=2, pause_s=0.2):
             time.sleep(LOAD_S)

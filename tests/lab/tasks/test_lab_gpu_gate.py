@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from prometheus_lab import PROMETHEUS, Prometheus
+from prometheus_lab import PROMETHEUS, Prometheus, export_all
 from standin_wheel import PACKAGE, ensure_standin_wheel
 
 from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
@@ -337,19 +337,8 @@ def test_gpu_panels_and_alerts_read_what_the_exporter_serves_through_a_real_prom
     assert inventory.exists(), "runs after the DCGM exporter test, on its inventory"
     shown = gate.sh(good, "systemctl show -p ExecStart nvidia-dcgm-exporter.service")
     assert "-f /etc/dcgm-exporter/vllmctl-counters.csv" in shown, shown
-    sd, rules, board = tmp_path / "sd.json", tmp_path / "alerts.yml", tmp_path / "grafana"
-    for argv in (
-        ("export", "prometheus", str(inventory), "--output", str(sd)),
-        ("export", "alerts", str(inventory), "--output", str(rules)),
-        ("export", "grafana", str(inventory), "--output-dir", str(board)),
-    ):
-        done = gate.vllmctl(*argv, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-    scrape = gate.vllmctl(
-        "export", "prometheus", str(inventory), "--format", "scrape-config", "--sd-file", str(sd)
-    )
-    assert scrape.returncode == 0, scrape.stderr
-    prometheus = Prometheus(tmp_path, scrape.stdout, rules)
+    scrape, rules, board = export_all(gate.vllmctl, inventory, inventory, tmp_path)
+    prometheus = Prometheus(tmp_path, scrape, rules)
     try:
         read = f'up{{component="dcgm-exporter", host="{good.name}"}} == 1'
         assert _wait_for(lambda: prometheus.query(read), 60), "the exporter was never scraped"

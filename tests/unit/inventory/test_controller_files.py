@@ -209,3 +209,14 @@ def test_adapter_and_draft_folders_obey_the_model_folder_rules(workdir: Path, ke
         "models.m.speculative.model",
     ]
     assert all("is world-writable" in line for line in found)
+
+
+def test_a_port_of_the_wrong_type_beside_a_missing_known_hosts_is_one_clear_error(
+    workdir: Path, keys: Path
+) -> None:
+    """Found by the CLI fuzz test: a list as the port crashed the keyscan hint (unhashable) instead of being
+    reported by the schema."""
+    (keys / "known").unlink()
+    found = problems(workdir, inventory(keys, ssh=", port: []"))
+    assert any("defaults.ssh.port" in p for p in found), found
+    assert any("ssh-keyscan -p 22 10.0.0.1 10.0.0.2" in p for p in found), found

@@ -35,7 +35,10 @@ for a in "$@"; do
   case $a in -p) skip=1;; --now) now=1;; -*) ;; *) units+=("$a");; esac
 done
 for u in "${units[@]}"; do case $verb in
-  start|restart) touch "$ROOT/active/$u";; stop) rm -f "$ROOT/active/$u";;
+  start|restart) if grep -qs -- --no-start "$ROOT/etc/systemd/system/$u"; then
+                   echo "Job for $u failed." >&2; exit 1; fi
+                 touch "$ROOT/active/$u";;
+  stop) rm -f "$ROOT/active/$u";;
   disable) [ $now = 1 ] && rm -f "$ROOT/active/$u";;
   is-active) [ -e "$ROOT/active/$u" ] && echo active || echo inactive;;
   show) s=inactive; [ -e "$ROOT/active/$u" ] && s=active
@@ -192,3 +195,26 @@ def test_launcher_vllm_starts_the_headless_rank_before_rank_0_and_rolls_both_bac
     finally:
         nodes.close()
     assert pending_changes(wanted, states, installed) == []
+
+
+def test_an_engine_unit_that_will_not_start_rolls_the_group_back_on_every_node(
+    hosts: dict[str, LocalRemote],
+) -> None:
+    """`systemctl start` of the engine failing (a bad unit, a missing binary) fails the release like a gate
+    that failed: the group goes back to its known-good on every node, never left with `current` moved."""
+    inv, log = inventory(), []
+    first = deploy_group(inv, launcher_spec("--max-num-seqs 8"), options(hosts, 1), log.append)
+    assert first.status == "passed", first
+    bad = deploy_group(inv, launcher_spec("--no-start"), options(hosts, 2), log.append)
+    assert (bad.status, bad.rolled_back_to) == ("rolled_back", first.release), bad
+    assert any(f"systemctl start -- {ENGINE}` failed" in reason for reason in bad.reasons), bad.reasons
+    for name, remote in hosts.items():
+        unit = remote.local(f"/etc/systemd/system/{ENGINE}").read_text()
+        assert "--max-num-seqs 8" in unit and (remote.root / "active" / ENGINE).exists(), name
+    states = {}
+    nodes = Nodes(inventory(), NODES, 10, connect=lambda host: hosts[host.name])
+    try:
+        states = read_states(nodes, GROUP)
+    finally:
+        nodes.close()
+    assert {name: state.current for name, state in states.items()} == dict.fromkeys(NODES, first.release)

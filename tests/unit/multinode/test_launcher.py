@@ -55,8 +55,8 @@ def test_an_engine_without_vllms_own_launcher_is_refused_with_the_way_out(load: 
     with pytest.raises(PlanError) as refused:
         plan_cluster(inv, model, model.cluster)
     assert refused.value.message == (
-        "launcher vllm in group 'big' needs vLLM's --nnodes launcher, which vLLM 0.11.0 does not have "
-        "(it came after 0.11.0)"
+        "launcher vllm in group 'big' needs --nnodes, --node-rank, --master-addr, --master-port, which "
+        "vLLM 0.11.0's `vllm serve` does not accept (read from its source)"
     )
     assert refused.value.hint == "use launcher: ray for this engine version, or a newer vLLM"
 

@@ -1,0 +1,132 @@
+"""Launcher data_parallel as a group release, pure: the units each node gets with balancing internal (the
+head's API server, the other nodes `--headless`), the manifests every node records, the group's status
+without Ray, and balancing external refused with its reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from vllmctl.errors import PlanError
+from vllmctl.inventory.model import EngineSpec, Inventory
+from vllmctl.multinode.group_ops import started_as
+from vllmctl.multinode.plan import ClusterPlan, plan_cluster
+from vllmctl.releases.group import group_manifests, group_spec
+from vllmctl.status.group import cluster_state, node_state_script
+
+Load = Callable[[str], Inventory]
+ADDRESSES = {"gpu-01": "192.168.50.1", "gpu-02": "192.168.50.2", "gpu-03": "192.168.50.3"}
+ENGINE = "vllmctl-dsv3-0.service"
+INVENTORY = """\
+groups:
+  wide:
+    hosts: [gpu-01, gpu-02, gpu-03]
+    multi_node: true
+    cluster_interface: eth1
+    launcher: data_parallel
+    data_parallel: {size_local: 8, size: 16}
+models:
+  dsv3:
+    source: deepseek-ai/DeepSeek-V3
+    hosts: wide
+    max_model_len: 8192
+    engine: {name: vllm, version: "0.32.0"}
+"""
+EXTERNAL = INVENTORY.replace("size: 16}", "size: 16, balancing: external}")
+
+
+def planned(load: Load, text: str = INVENTORY) -> tuple[Inventory, ClusterPlan, EngineSpec]:
+    inv = load(text)
+    model = inv.models["dsv3"]
+    assert model.cluster is not None and model.engine is not None
+    return inv, plan_cluster(inv, model, model.cluster), model.engine
+
+
+def exec_start(unit: str) -> str:
+    return next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+
+
+def test_internal_puts_the_api_server_on_the_head_and_headless_ranks_on_the_other_node(load: Load) -> None:
+    inv, plan, engine = planned(load)
+    spec = group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
+    assert (spec.launcher, spec.ray_address, spec.head, tuple(spec.nodes)) == (
+        "data_parallel",
+        "",
+        "gpu-01",
+        ("gpu-01", "gpu-02"),
+    )  # gpu-03 is spare: no unit, no release there
+    assert {node: sorted(units) for node, units in spec.units.items()} == {
+        "gpu-01": [ENGINE],
+        "gpu-02": [ENGINE],
+    }
+    head, other = spec.units["gpu-01"][ENGINE], spec.units["gpu-02"][ENGINE]
+    assert head.splitlines()[2].endswith("(vllm 0.32.0, TP 1, internal, API server)")
+    assert other.splitlines()[2].endswith("(vllm 0.32.0, TP 1, internal, headless)")
+    assert exec_start(head).endswith(
+        "--data-parallel-size-local 8 --data-parallel-address 192.168.50.1 --data-parallel-rpc-port 29550"
+    )
+    assert exec_start(other).endswith(
+        "--data-parallel-address 192.168.50.1 --data-parallel-rpc-port 29550 "
+        "--data-parallel-start-rank 8 --headless"
+    )
+    assert "Environment=VLLM_HOST_IP=192.168.50.2" in other.splitlines()
+    assert "ray" not in (head + other).lower()  # no Ray unit, address or variable
+    assert spec.models == {"dsv3": {"source": "deepseek-ai/DeepSeek-V3", "revision": None, "ports": [8000],
+                                    "slo": {}}}  # fmt: skip
+    # without an engine there is nothing to run: `vllmctl cluster` always starts it (cluster_flow.py)
+    assert group_spec(inv, plan, engine, ADDRESSES, start_engine=False).units == {"gpu-01": {}, "gpu-02": {}}
+
+
+def test_every_node_records_the_same_release_with_the_data_parallel_layout(load: Load) -> None:
+    inv, plan, engine = planned(load)
+    made = group_manifests(
+        group_spec(inv, plan, engine, ADDRESSES, True), "2026-12-03T09:00:05+00:00", "ops@ctl", "d" * 64
+    )
+    assert list(made) == ["gpu-01", "gpu-02"] and made["gpu-01"].id == made["gpu-02"].id
+    for node, manifest in made.items():
+        assert (manifest.launcher, manifest.head, list(manifest.nodes), manifest.ray_address) == (
+            "data_parallel",
+            "gpu-01",
+            ["gpu-01", "gpu-02"],
+            "",
+        )
+        layout = manifest.plan["data_parallel"]
+        assert (layout["data_parallel_size"], layout["start_ranks"], layout["vllm_mode"]) == (
+            16,
+            {"gpu-01": 0, "gpu-02": 8},
+            "internal",
+        )
+        assert list(manifest.units) == [ENGINE] and manifest.host == node
+    assert made["gpu-01"].models["dsv3"]["ports"] == [8000] and made["gpu-02"].models == {}
+    assert started_as(made["gpu-01"], "gpu-01", 0) == "API server, DP 16 x TP 1"
+    assert started_as(made["gpu-01"], "gpu-02", 1) == "headless, DP ranks 8-15"
+
+
+def test_balancing_external_is_refused_before_anything_is_written_with_its_reason(load: Load) -> None:
+    inv, plan, engine = planned(load, EXTERNAL)
+    assert plan.data_parallel is not None and plan.data_parallel.mode == "hybrid"  # still planned
+    with pytest.raises(PlanError) as refused:
+        group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
+    assert refused.value.message == (
+        "group 'wide': launcher data_parallel with balancing external is planned (`vllmctl plan`) but not "
+        "deployed: the gateway does not list and drain one API server per node yet"
+    )
+    assert refused.value.hint == (
+        "use balancing: internal (one API server on the first node); see docs/multinode.md"
+    )
+
+
+def test_the_group_status_counts_each_nodes_engine_unit_and_asks_no_ray(load: Load) -> None:
+    _, plan, engine = planned(load)
+    script = node_state_script(plan, engine, "gpu-01", "10.0.0.11")
+    assert "ray status" not in script and f"echo ray_unit=$(systemctl is-active {ENGINE})" in script
+    answers: dict[str, str | Exception] = {
+        "gpu-01": "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\nengine_unit=active\n",
+        "gpu-02": "ray_unit=failed\nrelease=releases/R1\nknown_good=releases/R1\n",
+    }
+    state = cluster_state(plan, answers)  # type: ignore[arg-type]
+    assert (state.launcher, state.missing) == ("data_parallel", "1 of 2 ranks' units active")
+    assert "engine unit on gpu-02 is failed" in state.problems() and state.summary().startswith("ranks 1/2")
+    answers["gpu-02"] = "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\n"
+    assert cluster_state(plan, answers).ray_ok  # type: ignore[arg-type]
