@@ -114,7 +114,7 @@ def _model(
         slo={key: float(value) for key, value in mapping(body.get("slo")).items()},
         min_available=body.get("min_available", 1),
         max_unavailable=MaxUnavailable.parse(body["max_unavailable"]) if "max_unavailable" in body else None,
-        canary=_canary(mapping(body.get("canary"))),
+        canary=_canary(mapping(body.get("canary")), "canary" in body),
         revision=body.get("revision"),
         use_case=body.get("use_case"),
         sampling=_sampling(mapping(body.get("sampling"))),
@@ -126,10 +126,11 @@ def _model(
     )
 
 
-def _canary(raw: dict[str, Any]) -> CanarySpec:
+def _canary(raw: dict[str, Any], given: bool) -> CanarySpec:
     hosts = raw.get("hosts")
     bounds = (float(raw.get("max_error_rate", 0.01)), float(raw.get("max_latency_ratio", 1.5)))
-    return CanarySpec(int(hosts) if hosts is not None else None, float(raw.get("soak_s", 0.0)), *bounds)
+    count = int(hosts) if hosts is not None else None
+    return CanarySpec(count, float(raw.get("soak_s", 0.0)), *bounds, given)
 
 
 def _sampling(raw: dict[str, Any]) -> dict[str, float | int]:

@@ -5,7 +5,7 @@ Built only by the loader after the schema and semantic checks passed; defaults a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
 
@@ -157,6 +157,7 @@ class CanarySpec:
     soak_s: float = 0.0
     max_error_rate: float = 0.01  # over the soak, above its peers' error rate: worse
     max_latency_ratio: float = 1.5  # over the soak, times its peers' average session time: worse
+    given: bool = False  # the inventory has a `canary` mapping: a failed canary stops its model
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ class ModelDeployment:
         canary, unbounded = self.canary, self.min_available <= 0 and self.max_unavailable is None
         hosts = canary.hosts if canary.hosts is not None else 0 if unbounded else 1
         bounds = (canary.max_error_rate, canary.max_latency_ratio)
-        return RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s, *bounds)
+        limits = RolloutLimits(self.min_available, self.max_unavailable, hosts, canary.soak_s, *bounds)
+        return replace(limits, canary_holds=canary.given)
 
     @cached_property
     def host_set(self) -> frozenset[str]:

@@ -36,20 +36,21 @@ class Canaries:
         still has a canary slot, else once the model's canaries are back and soaked."""
         mine: list[str] = []
         for model in sorted(models):
-            wanted = self.limits.get(model, NO_CANARY).canary
+            limits = self.limits.get(model, NO_CANARY)
+            wanted = limits.canary
             chosen = self.chosen.get(model, [])
             bad = [h for h in chosen if h in self.failed]
-            if bad:
+            if bad and limits.canary_holds:
                 why = f"{model}: its canary {bad[0]} failed ({self.failed[bad[0]]}); its rollout stopped"
                 return CanaryVerdict("stop", why)
             if len(chosen) < wanted:
                 mine.append(model)
                 continue
-            waiting = [h for h in chosen if h in out or h not in self.back]
+            waiting = [h for h in chosen if h in out or (h not in self.back and h not in self.failed)]
             if waiting:
                 return CanaryVerdict("wait", f"{model}: its canary {', '.join(waiting)} goes first, alone")
-            soak = self.limits.get(model, NO_CANARY).soak_s
-            left = max((self.back[h] for h in chosen), default=now) + soak - now
+            soak = limits.soak_s
+            left = max((self.back[h] for h in chosen if h in self.back), default=now - soak) + soak - now
             if left > 0:
                 why = f"{model}: its canary {', '.join(chosen)} soaks {soak:g} s ({left:.0f} s left)"
                 return CanaryVerdict("wait", why)

@@ -53,6 +53,9 @@ class RolloutLimits:
     soak_s: float = 0.0
     max_error_rate: float = 0.01  # the canary's error rate over its soak may exceed its peers' by this much
     max_latency_ratio: float = 1.5  # and its average session time may be this many times theirs
+    # a canary the inventory asked for stops its model when it fails; the implicit one (no `canary` given)
+    # only goes first, and its failure counts against --max-fail as any host's does
+    canary_holds: bool = True
 
     def max_out(self, hosts: int) -> int:
         """How many of the model's `hosts` may be out of service at once."""

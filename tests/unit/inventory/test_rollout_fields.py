@@ -23,7 +23,9 @@ def test_defaults_keep_one_host_at_a_time(workdir: Path) -> None:
     (workdir / "inv.yml").write_text(HEAD + "  m: {source: org/m, hosts: [a, b, c]}\n")
     model = load_inventory("inv.yml").models["m"]
     assert model.max_unavailable is None and model.canary == CanarySpec(None, 0.0)
-    assert model.limits == RolloutLimits(1, None, 1, 0.0, 0.01, 1.5) and model.limits.max_out(3) == 1
+    assert model.limits == RolloutLimits(1, None, 1, 0.0, 0.01, 1.5, canary_holds=False)
+    # the first host goes alone, but its failure stops the rollout only past --max-fail
+    assert model.limits.max_out(3) == 1
 
 
 def test_min_available_0_alone_still_restarts_every_host_at_once(workdir: Path) -> None:

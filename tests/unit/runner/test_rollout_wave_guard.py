@@ -89,6 +89,18 @@ def test_a_failed_canary_holds_the_model_back_at_once() -> None:
     assert rollout.host_events("b")[-1]["event"] == "held"
 
 
+def test_the_implicit_canary_only_goes_first_its_failure_counts_against_max_fail() -> None:
+    # no `canary` in the inventory: the rollout before waves, where --max-fail 1 rolls the other hosts on
+    implicit = RolloutLimits(1, canary_holds=False)
+    rollout = guard(TINY, {"tiny": implicit}, max_fail=MaxFail(1))
+    assert rollout.take_out("a") == ""
+    rollout.put_back("a", "release r2: rolled_back")
+    assert rollout.stopped == ""
+    assert rollout.take_out("b") == ""
+    rollout.put_back("b", "")
+    assert rollout.take_out("c") == ""
+
+
 def test_the_others_wait_for_the_canarys_soak() -> None:
     now = [100.0]
     rollout = guard(TINY, {"tiny": RolloutLimits(1, MaxUnavailable(2), soak_s=30.0)}, clock=lambda: now[0])
