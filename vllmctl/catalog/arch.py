@@ -12,6 +12,7 @@ from typing import Any
 
 from vllmctl.catalog.class_defaults import with_class_defaults
 from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
+from vllmctl.catalog.hybrid_arch import HybridShape, hybrid_of
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
 from vllmctl.errors import InputError
 
@@ -74,6 +75,8 @@ class ModelArch:
     # Positions of each rotary cos/sin cache where the model builds more than one or sizes it otherwise than
     # max_position_embeddings (Gemma 3: a local and a global rope, the global one x its linear factor).
     rope_positions: tuple[int, ...] = ()
+    hybrid: HybridShape | None = None  # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): which layers attend
+    rotary_factor: float = 1.0  # partial_rotary_factor: the share of head_dim get_rope rotates (and caches)
     # (field, value) the config left out and no known config class fills: guessed (catalog/guessed.py)
     guessed: tuple[tuple[str, int], ...] = ()
 
@@ -96,9 +99,11 @@ class ModelArch:
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
-        """One entry per layer: 'full', 'sliding' or 'mla'."""
+        """One entry per layer: 'full', 'sliding', 'mla' or 'mamba' (a hybrid's state layer)."""
         if self.is_mla:
             return ("mla",) * self.num_layers
+        if self.hybrid is not None:
+            return tuple("full" if self.hybrid.attends(i) else "mamba" for i in range(self.num_layers))
         if self.layer_types:
             return tuple("sliding" if "sliding" in t else "full" for t in self.layer_types)
         return (("sliding" if self.sliding_window else "full"),) * self.num_layers
@@ -158,10 +163,19 @@ def _rope_positions(config: dict[str, Any]) -> tuple[int, ...]:
     return (positions, int(positions * factor))
 
 
+def _rope_field(config: dict[str, Any], key: str) -> Any:
+    """A rope setting at the top level or, as transformers 5 writes it, in rope_parameters / rope_scaling."""
+    for place in (config, config.get("rope_parameters"), config.get("rope_scaling")):
+        if isinstance(place, dict) and place.get(key) is not None:
+            return place[key]
+    return None
+
+
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
     config = with_class_defaults(config)
     vision = _vision(config)
+    hybrid = hybrid_of(config)
     architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
@@ -221,6 +235,8 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         architecture=architecture,
         mtp_layers=_int(config, "num_nextn_predict_layers"),
         rope_positions=_rope_positions(config),
+        hybrid=hybrid,
+        rotary_factor=float(_rope_field(config, "partial_rotary_factor") or 1.0),
     )
     used = {"num_key_value_heads": arch.num_kv_heads, "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": arch.max_position_embeddings}  # fmt: skip
