@@ -10,8 +10,10 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from planner_accuracy import FAMILIES, family_count, family_of  # noqa: E402
+from planner_accuracy import FAMILIES, family_count, family_of, replay  # noqa: E402
 from startup_records import load_cases  # noqa: E402
+
+from vllmctl.planner.rules import refusals  # noqa: E402
 
 PUBLIC = BENCHMARKS / "data" / "vllm_startup_public.jsonl"
 
@@ -30,3 +32,30 @@ def test_the_family_count_line_adds_up() -> None:
         assert named + cited == len(naming), (family, line)
     line = family_count("vision-language MoE", records, cases)
     assert line.startswith("6 record(s): 3 replayed (0 named for the family, 3 classified"), line
+
+
+def test_the_480b_coder_refusals_replay_on_the_h20_their_two_utilizations_imply() -> None:
+    # recipes#12: the same DP 8 + EP command refused at 0.9 (48.66 GiB of KV) and 0.95 (55.65 GiB); only the
+    # budget differs, so 0.05 x total = 6.99 GiB: a 139.8 GiB card, the 141 GB H20 (the 96 GB one gives 4.75)
+    records, cases = load_cases(PUBLIC)
+    coder = [c for c in cases if "recipes/pull/12 (description" in c.label]
+    assert len(coder) == 2 and all(family_of(c) == "MoE coder at long context" for c in coder)
+    low, high = sorted(coder, key=lambda c: c.settings.gpu_memory_utilization)
+    implied = (high.record["available_kv_cache_gib"] - low.record["available_kv_cache_gib"]) / 0.05
+    assert abs(implied - 139.8) <= 0.2 and all(abs(c.gpu.cuda_gib - 139.8) < 0.01 for c in coder)
+    assert all(c.arch.num_experts == 160 and c.settings.dp == 8 and c.settings.expert_parallel for c in coder)
+    (*_, feasible), over = replay(coder)
+    assert feasible.errors == [0.0, 0.0] and over == []  # both refused for want of KV, as logged
+    # the first copies of the same two refusals (no family) are excluded as duplicates, not replayed twice
+    duplicates = [r for r in records if r.get("source") == "https://github.com/vllm-project/recipes/pull/12"]
+    assert len(duplicates) == 2
+    assert all(str(r.get("excluded", "")).startswith("duplicate") for r in duplicates)
+
+
+def test_the_480b_fp8_block_refusal_at_tp_8_is_predicted_from_the_stored_config() -> None:
+    # the recipe's TP 8 start: moe_intermediate_size 2560 / 8 = 320 is no multiple of the 128 block
+    _, cases = load_cases(PUBLIC)
+    (case,) = [c for c in cases if "Qwen3-Coder-480B-A35B.md" in c.record["source"]]
+    assert case.refused and case.settings.tp == 8 and case.arch.moe_intermediate_size == 2560
+    found = refusals(case.arch, case.gpu, 8, case.settings)
+    assert found, "the FP8 block rule refuses TP 8"
