@@ -59,3 +59,34 @@ def test_the_480b_fp8_block_refusal_at_tp_8_is_predicted_from_the_stored_config(
     assert case.refused and case.settings.tp == 8 and case.arch.moe_intermediate_size == 2560
     found = refusals(case.arch, case.gpu, 8, case.settings)
     assert found, "the FP8 block rule refuses TP 8"
+
+
+def test_dp_8_expert_parallel_gathers_every_ranks_tokens_into_the_fused_moe_profile() -> None:
+    # vLLM 0.10's naive dispatch (fused_moe/layer.py do_naive_dispatch_combine, all2all.py naive_multicast):
+    # each rank's MoE runs 8 x 8,192 gathered tokens, its workspaces one 32,768-token chunk (fused_moe.py)
+    from vllmctl.planner.profile_run import activation_peak_bytes, dp_dispatch_moe_bytes
+    from vllmctl.planner.vllm_memory import vllm_memory
+
+    gib = float(1 << 30)
+    _, cases = load_cases(PUBLIC)
+    case = next(c for c in cases if "recipes/pull/12 (description" in c.label)
+    arch, s = case.arch, case.settings
+    assert (s.dp, s.expert_parallel, s.version, s.max_num_batched_tokens) == (8, True, (0, 10, 1), 8192)
+    # gathered hidden 0.750 + logits 0.020 + top-k 0.006, cache13 3.000 + cache2 1.250 (bf16), FP8 input
+    # 0.193 + two chunks' FP8 intermediate 2 x 0.645: 6.51 GiB
+    assert abs(dp_dispatch_moe_bytes(arch, 8192, 8, 2560) / gib - 6.510) < 0.005
+    args = (arch, s.tp, s.max_num_batched_tokens, s.max_num_seqs, s.version)
+    gathered = activation_peak_bytes(*args, expert_parallel=True, data_parallel=8)
+    assert abs(gathered / gib - 6.698) < 0.005  # + the residual stream: above the 5.67 GiB sampler peak
+    # no data parallel, no expert parallel, or another release: the sampler's peak, as before
+    alone = activation_peak_bytes(*args, expert_parallel=True)
+    assert abs(alone / gib - 5.672) < 0.005
+    assert activation_peak_bytes(*args, expert_parallel=False, data_parallel=8) == alone
+    later = (arch, s.tp, s.max_num_batched_tokens, s.max_num_seqs, (0, 11, 0))
+    assert activation_peak_bytes(*later, expert_parallel=True, data_parallel=8) == activation_peak_bytes(
+        *later, expert_parallel=True
+    )
+    # the replayed start: 52.47 GiB predicted before, 51.45 now, 48.66 logged (+5.7 %: still set aside)
+    memory = vllm_memory(arch, case.gpu, s)
+    assert abs(memory.available_kv_cache_gib - 51.45) < 0.01
+    assert abs(memory.available_kv_cache_gib + memory.activation_peak_gib - 5.672 - 52.47) < 0.01
