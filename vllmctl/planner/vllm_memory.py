@@ -214,6 +214,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
                 last_stage=number == settings.pp - 1,
                 expert_parallel=settings.expert_parallel,
                 sampler=settings.sampler,
+                data_parallel=settings.dp,
             )
             + compiling
         )
