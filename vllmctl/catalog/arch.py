@@ -1,7 +1,7 @@
 """Typed model architecture parsed from a Hugging Face `config.json`, and its parameter count.
 
-Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS, Gemma 3), MoE (Qwen3-MoE, DeepSeek, gpt-oss), MLA and
-sliding window; what a config leaves out takes its transformers class's default (class_defaults.py).
+Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS, Gemma 3), MoE (Qwen3-MoE, DeepSeek, gpt-oss, Llama 4), MLA
+and sliding window; what a config leaves out takes its transformers class's default (class_defaults.py).
 """
 
 from __future__ import annotations
@@ -13,30 +13,12 @@ from typing import Any
 from vllmctl.catalog.class_defaults import with_class_defaults
 from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
 from vllmctl.catalog.hybrid_arch import HybridShape, hybrid_of
+from vllmctl.catalog.llama4_arch import is_llama4, llama4_vision, text_fields
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
+from vllmctl.catalog.vision_arch import VisionConfig, vision_of
 from vllmctl.errors import InputError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
-@dataclass(frozen=True)
-class VisionConfig:
-    """A vision-language model's image encoder (ViT blocks + a merger/projector into the text model)."""
-
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    patch_size: int
-    out_hidden_size: int  # the text model's hidden size the projector maps into
-    spatial_merge_size: int = 1  # patches merged into one text token (Qwen2-VL: 2×2)
-    temporal_patch_size: int = 1
-    in_channels: int = 3
-    gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL) rather than fc1/fc2 (CLIP, SigLIP)
-    max_patches: int = 576  # patches of the largest image the processor emits
-    deepstack: int = 0  # Qwen3-VL: extra mergers whose outputs travel with the main one into the decoder
-    position_embeddings: int = 0  # learned patch position embeddings (Qwen3-VL, SigLIP)
-    linear_projector: bool = False  # Gemma 3: one vision hidden → text hidden matrix (and a norm), not split
 
 
 @dataclass(frozen=True)
@@ -77,6 +59,7 @@ class ModelArch:
     rope_positions: tuple[int, ...] = ()
     hybrid: HybridShape | None = None  # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): which layers attend
     rotary_factor: float = 1.0  # partial_rotary_factor: the share of head_dim get_rope rotates (and caches)
+    attention_chunk_size: int = 0  # Llama 4: its "chunked_attention" layers attend within chunks this long
     # (field, value) the config left out and no known config class fills: guessed (catalog/guessed.py)
     guessed: tuple[tuple[str, int], ...] = ()
 
@@ -99,7 +82,10 @@ class ModelArch:
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
-        """One entry per layer: 'full', 'sliding', 'mla' or 'mamba' (a hybrid's state layer)."""
+        """One entry per layer: 'full', 'sliding', 'mla' or 'mamba' (a hybrid's state layer). Llama 4's
+        chunked layers cache as 'full': with the hybrid KV cache manager off (VllmConfig turns it off for a
+        model with attention_chunk_size unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE),
+        kv_cache_utils' unify_hybrid_kv_cache_specs turns their chunked specs into FullAttentionSpec."""
         if self.is_mla:
             return ("mla",) * self.num_layers
         if self.hybrid is not None:
@@ -174,7 +160,7 @@ def _rope_field(config: dict[str, Any], key: str) -> Any:
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
     config = with_class_defaults(config)
-    vision = _vision(config)
+    vision = llama4_vision(config) if is_llama4(config) else vision_of(config)
     hybrid = hybrid_of(config)
     architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
@@ -238,59 +224,13 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         hybrid=hybrid,
         rotary_factor=float(_rope_field(config, "partial_rotary_factor") or 1.0),
     )
+    if is_llama4(config):
+        arch = replace(arch, **text_fields(config))
     used = {"num_key_value_heads": arch.num_kv_heads, "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": arch.max_position_embeddings}  # fmt: skip
     if arch.is_moe:
         used["moe_intermediate_size"] = arch.moe_intermediate_size
     return replace(arch, guessed=guessed_fields(config, used))
-
-
-# Qwen2-VL / Qwen2.5-VL processors accept images up to max_pixels = 12845056 (3584²) by default.
-QWEN_VL_MAX_PIXELS = 12845056
-QWEN3_VL_MAX_PIXELS = 16777216
-
-
-def _vision(config: dict[str, Any]) -> VisionConfig | None:
-    raw = config.get("vision_config")
-    if not isinstance(raw, dict):
-        return None
-    hidden = _int(raw, "hidden_size", "embed_dim")
-    patch = _int(raw, "patch_size", "spatial_patch_size", default=14)
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    model_type = str(config.get("model_type", ""))
-    if model_type.startswith("qwen2"):
-        max_patches = QWEN_VL_MAX_PIXELS // (patch * patch)
-        gated = model_type == "qwen2_5_vl"
-    elif model_type.startswith(("qwen3_vl", "qwen3_5", "qwen3_omni")):
-        # Qwen3-VL's processor takes images up to size.longest_edge = 16777216 pixels; vLLM profiles the
-        # encoder with that largest image (qwen3_vl.py, _get_vision_info with image_processor.size).
-        max_patches, gated = QWEN3_VL_MAX_PIXELS // (patch * patch), False
-    else:
-        side = _int(raw, "image_size", default=336) // patch
-        siglip = str(raw.get("model_type", "")).startswith("siglip")
-        max_patches, gated = side * side + (0 if siglip else 1), False  # one size (+ CLIP's class token)
-    gemma3 = model_type == "gemma3"
-    # Gemma 3 pools the patches to mm_tokens_per_image tokens: a merge of (patches / tokens) ** 0.5 per side.
-    tokens = _int(config, "mm_tokens_per_image") if gemma3 else 0
-    merge = round((max_patches / tokens) ** 0.5) if tokens else _int(raw, "spatial_merge_size", default=1)
-    positions = _int(raw, "num_position_embeddings", default=max_patches if gemma3 else 0)
-    return VisionConfig(
-        depth=_int(raw, "depth", "num_hidden_layers"),
-        hidden_size=hidden,
-        intermediate_size=_int(raw, "intermediate_size", default=4 * hidden),
-        num_heads=_int(raw, "num_heads", "num_attention_heads", default=16),
-        patch_size=patch,
-        out_hidden_size=_int(raw, "out_hidden_size", default=_int(text, "hidden_size")),
-        spatial_merge_size=merge,
-        temporal_patch_size=_int(raw, "temporal_patch_size", default=1),
-        in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
-        gated_mlp=gated,
-        max_patches=max_patches,
-        deepstack=len(raw.get("deepstack_visual_indexes") or ()),
-        position_embeddings=positions,
-        linear_projector=gemma3,
-    )
 
 
 def parse_config_text(text: str, name: str) -> ModelArch:

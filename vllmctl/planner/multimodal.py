@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vllmctl.catalog.arch import ModelArch
+from vllmctl.catalog.llama4_arch import vision_params_per_rank
 from vllmctl.errors import InputError
 from vllmctl.planner.mm_video_archs import VIDEO_ARCHS_BY_RELEASE
 from vllmctl.planner.profile_run import ACT_BYTES
@@ -175,6 +176,8 @@ def encoder_params_per_rank(arch: ModelArch, tp: int) -> int:
     vision = arch.vision
     if vision is None:
         return 0
+    if vision.pixel_shuffle is not None:  # Llama 4: its own blocks, adapter and projector
+        return vision_params_per_rank(vision, tp)
     d, inner = vision.hidden_size, vision.intermediate_size
     mlp = (3 if vision.gated_mlp else 2) * d * inner + inner + d
     block = (4 * d * d + 4 * d + mlp) // tp + 4 * d
