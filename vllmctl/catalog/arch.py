@@ -15,7 +15,7 @@ from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
 from vllmctl.catalog.hybrid_arch import HybridShape, hybrid_of
 from vllmctl.catalog.llama4_arch import is_llama4, llama4_vision, text_fields
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
-from vllmctl.catalog.vision_arch import VisionConfig, vision_of
+from vllmctl.catalog.vision_arch import VisionConfig, first_int, vision_of
 from vllmctl.errors import InputError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
@@ -95,14 +95,6 @@ class ModelArch:
         return (("sliding" if self.sliding_window else "full"),) * self.num_layers
 
 
-def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
-
-
 def _architecture(config: dict[str, Any]) -> str:
     names = config.get("architectures")
     return str(names[0]) if isinstance(names, list) and names else ""
@@ -111,8 +103,8 @@ def _architecture(config: dict[str, Any]) -> str:
 def _derived_max_len(config: dict[str, Any]) -> int:
     """vLLM's _get_and_verify_max_len (config/model.py, 0.11.0): the smallest of the length keys, then rope
     scaling stretches it (yarn from its original length) except su/longrope/llama3 and Gemma 3."""
-    lengths = [_int(config, key) for key in LENGTH_KEYS if _int(config, key)]
-    length = _int(config, "model_max_length") or (min(lengths) if lengths else 2048)
+    lengths = [first_int(config, key) for key in LENGTH_KEYS if first_int(config, key)]
+    length = first_int(config, "model_max_length") or (min(lengths) if lengths else 2048)
     scaling = config.get("rope_scaling")
     if isinstance(scaling, dict) and "gemma3" not in str(config.get("model_type", "")):
         rope_type = scaling.get("rope_type") or scaling.get("type")
@@ -128,7 +120,7 @@ def _layer_types(config: dict[str, Any], layers: int) -> tuple[str, ...]:
     """The config's layer_types, else the ones its class derives from sliding_window_pattern (Gemma 2/3:
     every pattern-th layer full, the rest sliding)."""
     layer_types = tuple(str(t) for t in config.get("layer_types") or ())
-    pattern = _int(config, "sliding_window_pattern")
+    pattern = first_int(config, "sliding_window_pattern")
     if not layer_types and pattern > 1 and config.get("sliding_window"):
         layer_types = tuple(
             "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)
@@ -141,7 +133,7 @@ def _rope_positions(config: dict[str, Any]) -> tuple[int, ...]:
     rope_scaling); a linear scaling's cache holds max_position_embeddings x factor positions."""
     if not str(config.get("model_type", "")).startswith("gemma3"):
         return ()
-    positions = _int(config, "max_position_embeddings", default=131072)
+    positions = first_int(config, "max_position_embeddings", default=131072)
     scaling = config.get("rope_scaling")
     factor = 1.0
     if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "linear":
@@ -165,22 +157,22 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
-    hidden = _int(config, "hidden_size", "n_embd", "d_model")
-    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(config, "num_attention_heads", "n_head")
-    vocab = _int(config, "vocab_size")
+    hidden = first_int(config, "hidden_size", "n_embd", "d_model")
+    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = first_int(config, "num_attention_heads", "n_head")
+    vocab = first_int(config, "vocab_size")
     if not (hidden and layers and heads and vocab):
         raise InputError(
             f"{name}: config.json lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
             "pass a decoder-only language model's config.json (architectures like LlamaForCausalLM)",
         )
-    kv_heads = _int(config, "num_key_value_heads", "n_head_kv", default=heads)
-    head_dim = _int(config, "head_dim", default=hidden // heads)
-    experts = _int(config, "num_experts", "num_local_experts", "n_routed_experts")
-    shared_size = _int(config, "shared_expert_intermediate_size")
+    kv_heads = first_int(config, "num_key_value_heads", "n_head_kv", default=heads)
+    head_dim = first_int(config, "head_dim", default=hidden // heads)
+    experts = first_int(config, "num_experts", "num_local_experts", "n_routed_experts")
+    shared_size = first_int(config, "shared_expert_intermediate_size")
     sliding = 0
     if config.get("sliding_window") and config.get("use_sliding_window", True):
-        sliding = _int(config, "sliding_window")
+        sliding = first_int(config, "sliding_window")
     layer_types = _layer_types(config, layers)
     arch = ModelArch(
         name=name,
@@ -191,7 +183,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=vocab,
-        intermediate_size=_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+        intermediate_size=first_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
         max_position_embeddings=_derived_max_len(config),
@@ -200,26 +192,28 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
             config.get("attention_bias", config.get("model_type") in ("qwen2", "qwen2_moe", "qwen2_5_vl"))
         ),
         num_experts=experts,
-        experts_per_token=_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
+        experts_per_token=first_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
         if experts
         else 0,
-        moe_intermediate_size=_int(config, "moe_intermediate_size", default=_int(config, "intermediate_size"))
+        moe_intermediate_size=first_int(
+            config, "moe_intermediate_size", default=first_int(config, "intermediate_size")
+        )
         if experts
         else 0,
-        num_shared_experts=_int(config, "n_shared_experts", default=1 if shared_size else 0),
+        num_shared_experts=first_int(config, "n_shared_experts", default=1 if shared_size else 0),
         shared_expert_intermediate_size=shared_size,
-        first_k_dense=_int(config, "first_k_dense_replace"),
-        moe_layer_freq=_int(config, "moe_layer_freq", "decoder_sparse_step", default=1),
-        kv_lora_rank=_int(config, "kv_lora_rank"),
-        q_lora_rank=_int(config, "q_lora_rank"),
-        qk_rope_head_dim=_int(config, "qk_rope_head_dim"),
-        qk_nope_head_dim=_int(config, "qk_nope_head_dim"),
-        v_head_dim=_int(config, "v_head_dim"),
+        first_k_dense=first_int(config, "first_k_dense_replace"),
+        moe_layer_freq=first_int(config, "moe_layer_freq", "decoder_sparse_step", default=1),
+        kv_lora_rank=first_int(config, "kv_lora_rank"),
+        q_lora_rank=first_int(config, "q_lora_rank"),
+        qk_rope_head_dim=first_int(config, "qk_rope_head_dim"),
+        qk_nope_head_dim=first_int(config, "qk_nope_head_dim"),
+        v_head_dim=first_int(config, "v_head_dim"),
         sliding_window=sliding,
         layer_types=layer_types,
         vision=vision,
         architecture=architecture,
-        mtp_layers=_int(config, "num_nextn_predict_layers"),
+        mtp_layers=first_int(config, "num_nextn_predict_layers"),
         rope_positions=_rope_positions(config),
         hybrid=hybrid,
         rotary_factor=float(_rope_field(config, "partial_rotary_factor") or 1.0),

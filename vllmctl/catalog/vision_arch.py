@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
+def first_int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
+    """The first of `keys` the config holds as an int (a bool is not one), else `default`."""
     for key in keys:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -59,8 +60,8 @@ def vision_of(config: dict[str, Any]) -> VisionConfig | None:
     raw = config.get("vision_config")
     if not isinstance(raw, dict):
         return None
-    hidden = _int(raw, "hidden_size", "embed_dim")
-    patch = _int(raw, "patch_size", "spatial_patch_size", default=14)
+    hidden = first_int(raw, "hidden_size", "embed_dim")
+    patch = first_int(raw, "patch_size", "spatial_patch_size", default=14)
     nested = config.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else config
     model_type = str(config.get("model_type", ""))
@@ -72,24 +73,26 @@ def vision_of(config: dict[str, Any]) -> VisionConfig | None:
         # encoder with that largest image (qwen3_vl.py, _get_vision_info with image_processor.size).
         max_patches, gated = QWEN3_VL_MAX_PIXELS // (patch * patch), False
     else:
-        side = _int(raw, "image_size", default=336) // patch
+        side = first_int(raw, "image_size", default=336) // patch
         siglip = str(raw.get("model_type", "")).startswith("siglip")
         max_patches, gated = side * side + (0 if siglip else 1), False  # one size (+ CLIP's class token)
     gemma3 = model_type == "gemma3"
     # Gemma 3 pools the patches to mm_tokens_per_image tokens: a merge of (patches / tokens) ** 0.5 per side.
-    tokens = _int(config, "mm_tokens_per_image") if gemma3 else 0
-    merge = round((max_patches / tokens) ** 0.5) if tokens else _int(raw, "spatial_merge_size", default=1)
-    positions = _int(raw, "num_position_embeddings", default=max_patches if gemma3 else 0)
+    tokens = first_int(config, "mm_tokens_per_image") if gemma3 else 0
+    merge = (
+        round((max_patches / tokens) ** 0.5) if tokens else first_int(raw, "spatial_merge_size", default=1)
+    )
+    positions = first_int(raw, "num_position_embeddings", default=max_patches if gemma3 else 0)
     return VisionConfig(
-        depth=_int(raw, "depth", "num_hidden_layers"),
+        depth=first_int(raw, "depth", "num_hidden_layers"),
         hidden_size=hidden,
-        intermediate_size=_int(raw, "intermediate_size", default=4 * hidden),
-        num_heads=_int(raw, "num_heads", "num_attention_heads", default=16),
+        intermediate_size=first_int(raw, "intermediate_size", default=4 * hidden),
+        num_heads=first_int(raw, "num_heads", "num_attention_heads", default=16),
         patch_size=patch,
-        out_hidden_size=_int(raw, "out_hidden_size", default=_int(text, "hidden_size")),
+        out_hidden_size=first_int(raw, "out_hidden_size", default=first_int(text, "hidden_size")),
         spatial_merge_size=merge,
-        temporal_patch_size=_int(raw, "temporal_patch_size", default=1),
-        in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
+        temporal_patch_size=first_int(raw, "temporal_patch_size", default=1),
+        in_channels=first_int(raw, "in_chans", "num_channels", "in_channels", default=3),
         gated_mlp=gated,
         max_patches=max_patches,
         deepstack=len(raw.get("deepstack_visual_indexes") or ()),
