@@ -246,17 +246,19 @@ def hybrid_tokens(records: list[dict[str, Any]], configs: Path) -> Figure:
     return figure
 
 
-def family_records(records: list[dict[str, Any]], cases: list[Case]) -> dict[str, tuple[int, int]]:
-    """Per family: (records naming it, of which replayed). A record not replayed has no architecture the
-    planner holds (no stored config, or a hybrid one) and is printed, not scored."""
-    replayed = {id(case.record) for case in cases}
-    counts: dict[str, tuple[int, int]] = {}
-    for record in records:
-        family = record.get("family")
-        if family and not record.get("excluded"):
-            total, used = counts.get(str(family), (0, 0))
-            counts[str(family)] = (total + 1, used + (id(record) in replayed))
-    return counts
+def family_count(family: str, records: list[dict[str, Any]], cases: list[Case]) -> str:
+    """One family's record count: the records replayed in it (named for it, or classified by architecture)
+    and those that name it but are not replayed (no architecture the planner holds), so the parts add up."""
+    replayed = [case for case in cases if family_of(case) == family]
+    named = sum(1 for case in replayed if case.record.get("family") == family)
+    held = {id(case.record) for case in cases}
+    cited = [r for r in records if r.get("family") == family and not r.get("excluded") and id(r) not in held]
+    total = len(replayed) + len(cited)
+    return (
+        f"{total} record(s): {len(replayed)} replayed ({named} named for the family, "
+        f"{len(replayed) - named} classified by architecture), {len(cited)} cited but not replayed "
+        "(no architecture the planner holds)"
+    )
 
 
 def verdicts(figures: list[Figure], over: list[str]) -> list[str]:
@@ -304,14 +306,8 @@ def main(argv: list[str]) -> int:
     for line in verdicts(figures, over):
         print(line)
     replayed = replay_families(cases)
-    counts = family_records(raw, cases)
     for family in [name for name, _ in FAMILIES]:
-        total, used = counts.get(family, (0, 0))
-        members = sum(1 for case in cases if family_of(case) == family)
-        print(
-            f"\nfamily: {family} (issue #49): {members} replayed record(s); {total} cited for #49 "
-            f"({total - used} not replayed: no architecture the planner holds)"
-        )
+        print(f"\nfamily: {family} (issue #49): {family_count(family, raw, cases)}")
         if family in replayed:
             rows, family_over = replayed[family]
             for figure in rows:

@@ -14,7 +14,6 @@ from vllmctl.catalog.arch import ModelArch, parse_config
 from vllmctl.catalog.gpus import GpuModel, custom_gpu, find_gpu, smi_mib_to_cuda_gib
 from vllmctl.catalog.loader import load_arch
 from vllmctl.errors import VllmctlError
-from vllmctl.planner.hybrid_kv import is_hybrid
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import default_batch_limits, default_gpu_memory_utilization, parse_version
 
@@ -69,13 +68,12 @@ def raw_config(record: dict[str, Any], configs: Path | None) -> dict[str, Any] |
 
 
 def load_model(record: dict[str, Any], configs: Path | None) -> ModelArch | None:
-    """The catalog's architecture, else a config.json copy in `configs/<org>__<name>.json`; None for a hybrid
-    attention / linear-attention config, whose layers the planner's architecture cannot hold (only its KV
-    layout is replayed, planner_accuracy.hybrid_tokens)."""
+    """The catalog's architecture, else a config.json copy in `configs/<org>__<name>.json` (hybrid attention /
+    linear-attention configs included: catalog/hybrid_arch.py)."""
     model = _model_id(record)
     config = raw_config(record, configs)
     if config is not None:
-        return None if is_hybrid(config) else parse_config(config, model)
+        return parse_config(config, model)
     try:
         return load_arch(model, online=False)
     except VllmctlError:

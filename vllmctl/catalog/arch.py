@@ -1,7 +1,7 @@
 """Typed model architecture parsed from a Hugging Face `config.json`, and its parameter count.
 
-Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS, Gemma 3), MoE (Qwen3-MoE, DeepSeek, gpt-oss), MLA and
-sliding window; what a config leaves out takes its transformers class's default (class_defaults.py).
+Covers dense GQA (Llama, Qwen, Mistral, Seed-OSS, Gemma 3), MoE (Qwen3-MoE, DeepSeek, gpt-oss, Llama 4), MLA
+and sliding window; what a config leaves out takes its transformers class's default (class_defaults.py).
 """
 
 from __future__ import annotations
@@ -12,30 +12,13 @@ from typing import Any
 
 from vllmctl.catalog.class_defaults import with_class_defaults
 from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
+from vllmctl.catalog.hybrid_arch import HybridShape, hybrid_of
+from vllmctl.catalog.llama4_arch import is_llama4, llama4_vision, text_fields
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
+from vllmctl.catalog.vision_arch import VisionConfig, first_int, vision_of
 from vllmctl.errors import InputError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
-@dataclass(frozen=True)
-class VisionConfig:
-    """A vision-language model's image encoder (ViT blocks + a merger/projector into the text model)."""
-
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    patch_size: int
-    out_hidden_size: int  # the text model's hidden size the projector maps into
-    spatial_merge_size: int = 1  # patches merged into one text token (Qwen2-VL: 2×2)
-    temporal_patch_size: int = 1
-    in_channels: int = 3
-    gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL) rather than fc1/fc2 (CLIP, SigLIP)
-    max_patches: int = 576  # patches of the largest image the processor emits
-    deepstack: int = 0  # Qwen3-VL: extra mergers whose outputs travel with the main one into the decoder
-    position_embeddings: int = 0  # learned patch position embeddings (Qwen3-VL, SigLIP)
-    linear_projector: bool = False  # Gemma 3: one vision hidden → text hidden matrix (and a norm), not split
 
 
 @dataclass(frozen=True)
@@ -74,6 +57,9 @@ class ModelArch:
     # Positions of each rotary cos/sin cache where the model builds more than one or sizes it otherwise than
     # max_position_embeddings (Gemma 3: a local and a global rope, the global one x its linear factor).
     rope_positions: tuple[int, ...] = ()
+    hybrid: HybridShape | None = None  # Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): which layers attend
+    rotary_factor: float = 1.0  # partial_rotary_factor: the share of head_dim get_rope rotates (and caches)
+    attention_chunk_size: int = 0  # Llama 4: its "chunked_attention" layers attend within chunks this long
     # (field, value) the config left out and no known config class fills: guessed (catalog/guessed.py)
     guessed: tuple[tuple[str, int], ...] = ()
 
@@ -96,20 +82,17 @@ class ModelArch:
 
     @property
     def attention_kinds(self) -> tuple[str, ...]:
-        """One entry per layer: 'full', 'sliding' or 'mla'."""
+        """One entry per layer: 'full', 'sliding', 'mla' or 'mamba' (a hybrid's state layer). Llama 4's
+        chunked layers cache as 'full': with the hybrid KV cache manager off (VllmConfig turns it off for a
+        model with attention_chunk_size unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE),
+        kv_cache_utils' unify_hybrid_kv_cache_specs turns their chunked specs into FullAttentionSpec."""
         if self.is_mla:
             return ("mla",) * self.num_layers
+        if self.hybrid is not None:
+            return tuple("full" if self.hybrid.attends(i) else "mamba" for i in range(self.num_layers))
         if self.layer_types:
             return tuple("sliding" if "sliding" in t else "full" for t in self.layer_types)
         return (("sliding" if self.sliding_window else "full"),) * self.num_layers
-
-
-def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
 
 
 def _architecture(config: dict[str, Any]) -> str:
@@ -120,8 +103,8 @@ def _architecture(config: dict[str, Any]) -> str:
 def _derived_max_len(config: dict[str, Any]) -> int:
     """vLLM's _get_and_verify_max_len (config/model.py, 0.11.0): the smallest of the length keys, then rope
     scaling stretches it (yarn from its original length) except su/longrope/llama3 and Gemma 3."""
-    lengths = [_int(config, key) for key in LENGTH_KEYS if _int(config, key)]
-    length = _int(config, "model_max_length") or (min(lengths) if lengths else 2048)
+    lengths = [first_int(config, key) for key in LENGTH_KEYS if first_int(config, key)]
+    length = first_int(config, "model_max_length") or (min(lengths) if lengths else 2048)
     scaling = config.get("rope_scaling")
     if isinstance(scaling, dict) and "gemma3" not in str(config.get("model_type", "")):
         rope_type = scaling.get("rope_type") or scaling.get("type")
@@ -137,7 +120,7 @@ def _layer_types(config: dict[str, Any], layers: int) -> tuple[str, ...]:
     """The config's layer_types, else the ones its class derives from sliding_window_pattern (Gemma 2/3:
     every pattern-th layer full, the rest sliding)."""
     layer_types = tuple(str(t) for t in config.get("layer_types") or ())
-    pattern = _int(config, "sliding_window_pattern")
+    pattern = first_int(config, "sliding_window_pattern")
     if not layer_types and pattern > 1 and config.get("sliding_window"):
         layer_types = tuple(
             "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)
@@ -150,7 +133,7 @@ def _rope_positions(config: dict[str, Any]) -> tuple[int, ...]:
     rope_scaling); a linear scaling's cache holds max_position_embeddings x factor positions."""
     if not str(config.get("model_type", "")).startswith("gemma3"):
         return ()
-    positions = _int(config, "max_position_embeddings", default=131072)
+    positions = first_int(config, "max_position_embeddings", default=131072)
     scaling = config.get("rope_scaling")
     factor = 1.0
     if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "linear":
@@ -158,29 +141,38 @@ def _rope_positions(config: dict[str, Any]) -> tuple[int, ...]:
     return (positions, int(positions * factor))
 
 
+def _rope_field(config: dict[str, Any], key: str) -> Any:
+    """A rope setting at the top level or, as transformers 5 writes it, in rope_parameters / rope_scaling."""
+    for place in (config, config.get("rope_parameters"), config.get("rope_scaling")):
+        if isinstance(place, dict) and place.get(key) is not None:
+            return place[key]
+    return None
+
+
 def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
     """Turns a config.json mapping into a ModelArch; raises InputError naming what is missing."""
     config = with_class_defaults(config)
-    vision = _vision(config)
+    vision = llama4_vision(config) if is_llama4(config) else vision_of(config)
+    hybrid = hybrid_of(config)
     architecture = _architecture(config)
     if isinstance(config.get("text_config"), dict):
         config = {**config["text_config"], **{k: v for k, v in config.items() if k == "quantization_config"}}
-    hidden = _int(config, "hidden_size", "n_embd", "d_model")
-    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(config, "num_attention_heads", "n_head")
-    vocab = _int(config, "vocab_size")
+    hidden = first_int(config, "hidden_size", "n_embd", "d_model")
+    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = first_int(config, "num_attention_heads", "n_head")
+    vocab = first_int(config, "vocab_size")
     if not (hidden and layers and heads and vocab):
         raise InputError(
             f"{name}: config.json lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
             "pass a decoder-only language model's config.json (architectures like LlamaForCausalLM)",
         )
-    kv_heads = _int(config, "num_key_value_heads", "n_head_kv", default=heads)
-    head_dim = _int(config, "head_dim", default=hidden // heads)
-    experts = _int(config, "num_experts", "num_local_experts", "n_routed_experts")
-    shared_size = _int(config, "shared_expert_intermediate_size")
+    kv_heads = first_int(config, "num_key_value_heads", "n_head_kv", default=heads)
+    head_dim = first_int(config, "head_dim", default=hidden // heads)
+    experts = first_int(config, "num_experts", "num_local_experts", "n_routed_experts")
+    shared_size = first_int(config, "shared_expert_intermediate_size")
     sliding = 0
     if config.get("sliding_window") and config.get("use_sliding_window", True):
-        sliding = _int(config, "sliding_window")
+        sliding = first_int(config, "sliding_window")
     layer_types = _layer_types(config, layers)
     arch = ModelArch(
         name=name,
@@ -191,7 +183,7 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=vocab,
-        intermediate_size=_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+        intermediate_size=first_int(config, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
         max_position_embeddings=_derived_max_len(config),
@@ -200,81 +192,39 @@ def parse_config(config: dict[str, Any], name: str = "model") -> ModelArch:
             config.get("attention_bias", config.get("model_type") in ("qwen2", "qwen2_moe", "qwen2_5_vl"))
         ),
         num_experts=experts,
-        experts_per_token=_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
+        experts_per_token=first_int(config, "num_experts_per_tok", "experts_per_token", "moe_topk")
         if experts
         else 0,
-        moe_intermediate_size=_int(config, "moe_intermediate_size", default=_int(config, "intermediate_size"))
+        moe_intermediate_size=first_int(
+            config, "moe_intermediate_size", default=first_int(config, "intermediate_size")
+        )
         if experts
         else 0,
-        num_shared_experts=_int(config, "n_shared_experts", default=1 if shared_size else 0),
+        num_shared_experts=first_int(config, "n_shared_experts", default=1 if shared_size else 0),
         shared_expert_intermediate_size=shared_size,
-        first_k_dense=_int(config, "first_k_dense_replace"),
-        moe_layer_freq=_int(config, "moe_layer_freq", "decoder_sparse_step", default=1),
-        kv_lora_rank=_int(config, "kv_lora_rank"),
-        q_lora_rank=_int(config, "q_lora_rank"),
-        qk_rope_head_dim=_int(config, "qk_rope_head_dim"),
-        qk_nope_head_dim=_int(config, "qk_nope_head_dim"),
-        v_head_dim=_int(config, "v_head_dim"),
+        first_k_dense=first_int(config, "first_k_dense_replace"),
+        moe_layer_freq=first_int(config, "moe_layer_freq", "decoder_sparse_step", default=1),
+        kv_lora_rank=first_int(config, "kv_lora_rank"),
+        q_lora_rank=first_int(config, "q_lora_rank"),
+        qk_rope_head_dim=first_int(config, "qk_rope_head_dim"),
+        qk_nope_head_dim=first_int(config, "qk_nope_head_dim"),
+        v_head_dim=first_int(config, "v_head_dim"),
         sliding_window=sliding,
         layer_types=layer_types,
         vision=vision,
         architecture=architecture,
-        mtp_layers=_int(config, "num_nextn_predict_layers"),
+        mtp_layers=first_int(config, "num_nextn_predict_layers"),
         rope_positions=_rope_positions(config),
+        hybrid=hybrid,
+        rotary_factor=float(_rope_field(config, "partial_rotary_factor") or 1.0),
     )
+    if is_llama4(config):
+        arch = replace(arch, **text_fields(config))
     used = {"num_key_value_heads": arch.num_kv_heads, "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": arch.max_position_embeddings}  # fmt: skip
     if arch.is_moe:
         used["moe_intermediate_size"] = arch.moe_intermediate_size
     return replace(arch, guessed=guessed_fields(config, used))
-
-
-# Qwen2-VL / Qwen2.5-VL processors accept images up to max_pixels = 12845056 (3584²) by default.
-QWEN_VL_MAX_PIXELS = 12845056
-QWEN3_VL_MAX_PIXELS = 16777216
-
-
-def _vision(config: dict[str, Any]) -> VisionConfig | None:
-    raw = config.get("vision_config")
-    if not isinstance(raw, dict):
-        return None
-    hidden = _int(raw, "hidden_size", "embed_dim")
-    patch = _int(raw, "patch_size", "spatial_patch_size", default=14)
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    model_type = str(config.get("model_type", ""))
-    if model_type.startswith("qwen2"):
-        max_patches = QWEN_VL_MAX_PIXELS // (patch * patch)
-        gated = model_type == "qwen2_5_vl"
-    elif model_type.startswith(("qwen3_vl", "qwen3_5", "qwen3_omni")):
-        # Qwen3-VL's processor takes images up to size.longest_edge = 16777216 pixels; vLLM profiles the
-        # encoder with that largest image (qwen3_vl.py, _get_vision_info with image_processor.size).
-        max_patches, gated = QWEN3_VL_MAX_PIXELS // (patch * patch), False
-    else:
-        side = _int(raw, "image_size", default=336) // patch
-        siglip = str(raw.get("model_type", "")).startswith("siglip")
-        max_patches, gated = side * side + (0 if siglip else 1), False  # one size (+ CLIP's class token)
-    gemma3 = model_type == "gemma3"
-    # Gemma 3 pools the patches to mm_tokens_per_image tokens: a merge of (patches / tokens) ** 0.5 per side.
-    tokens = _int(config, "mm_tokens_per_image") if gemma3 else 0
-    merge = round((max_patches / tokens) ** 0.5) if tokens else _int(raw, "spatial_merge_size", default=1)
-    positions = _int(raw, "num_position_embeddings", default=max_patches if gemma3 else 0)
-    return VisionConfig(
-        depth=_int(raw, "depth", "num_hidden_layers"),
-        hidden_size=hidden,
-        intermediate_size=_int(raw, "intermediate_size", default=4 * hidden),
-        num_heads=_int(raw, "num_heads", "num_attention_heads", default=16),
-        patch_size=patch,
-        out_hidden_size=_int(raw, "out_hidden_size", default=_int(text, "hidden_size")),
-        spatial_merge_size=merge,
-        temporal_patch_size=_int(raw, "temporal_patch_size", default=1),
-        in_channels=_int(raw, "in_chans", "num_channels", "in_channels", default=3),
-        gated_mlp=gated,
-        max_patches=max_patches,
-        deepstack=len(raw.get("deepstack_visual_indexes") or ()),
-        position_embeddings=positions,
-        linear_projector=gemma3,
-    )
 
 
 def parse_config_text(text: str, name: str) -> ModelArch:

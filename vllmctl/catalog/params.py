@@ -12,7 +12,8 @@ from typing import Literal
 
 from vllmctl.catalog.arch import ModelArch
 
-Kind = Literal["embed", "lm_head", "attn", "mlp", "expert", "router", "norm", "mla_absorbed"]
+# "state": a linear-attention layer's conv1d, decay and bias vectors, never quantized
+Kind = Literal["embed", "lm_head", "attn", "mlp", "expert", "router", "norm", "mla_absorbed", "state"]
 VOCAB_PADDING = 64
 
 
@@ -74,6 +75,34 @@ def _attention(arch: ModelArch, tp: int) -> list[Linear]:
     ]
 
 
+def _hybrid_attention(arch: ModelArch, index: int, tp: int) -> list[Linear]:
+    """A hybrid's layer as vLLM's qwen3_next.py builds it: an attention layer's q projection doubled by its
+    output gate, with q/k norms; a Gated DeltaNet layer's in_proj_qkvz and in_proj_ba (column-parallel),
+    conv1d (conv_dim x kernel, no quantization), dt_bias and A_log per value head, a gated norm of one value
+    head and out_proj (row-parallel)."""
+    shape = arch.hybrid
+    assert shape is not None
+    h = arch.hidden_size
+    if shape.attends(index):
+        gate = 2 if shape.attn_output_gate else 1
+        q_out = _div(arch.num_heads, tp) * arch.head_dim
+        kv_out = kv_heads_per_rank(arch, tp) * arch.head_dim
+        return [
+            Linear("attn", gate * q_out + 2 * kv_out, h, bias=arch.qkv_bias),
+            Linear("attn", h, q_out),
+            Linear("norm", arch.head_dim, 1, count=2),
+        ]
+    value_heads = _div(shape.num_v_heads, tp)
+    return [
+        Linear("attn", (2 * shape.key_dim + 2 * shape.value_dim) // tp, h),
+        Linear("attn", 2 * value_heads, h),
+        Linear("state", shape.conv_dim // tp, shape.conv_kernel),
+        Linear("state", value_heads, 1, count=2),
+        Linear("norm", shape.head_v_dim, 1),
+        Linear("attn", h, shape.value_dim // tp),
+    ]
+
+
 def _round_up(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
@@ -132,8 +161,9 @@ def stage_linears(
     if embed:
         parts.append(Linear("embed", vocab, arch.hidden_size))
     for index in range(first_layer, last_layer):
+        attention = _attention(arch, tp) if arch.hybrid is None else _hybrid_attention(arch, index, tp)
         layer_parts = [
-            *_attention(arch, tp),
+            *attention,
             *_mlp(arch, index, tp, ep, expert_pad, ep_ranks, extra_experts),
             *_layer_norms(arch),
         ]

@@ -24,6 +24,17 @@ TRITON_SAMPLER_BYTES = 14
 TRITON_SAMPLER_SINCE: Version = (0, 17, 0)
 TRITON_SAMPLER_MIN_ROWS = 8  # fewer rows take the PyTorch sort (topk_topp_sampler.apply_top_k_top_p)
 LIGHT_SAMPLER_SINCE: Version = (0, 21, 0)
+# Data parallel with expert parallel in 0.10: FusedMoE.forward_impl runs the naive dispatch when dp_size > 1
+# (fused_moe/layer.py: do_naive_dispatch_combine, get_ep_group().dispatch; VLLM_ALL2ALL_BACKEND "naive" by
+# default, envs.py), whose naive_multicast (device_communicators/all2all.py) gathers every DP rank's hidden
+# states and router logits, so each rank's fused-MoE profile runs dp x its tokens; fused_experts_impl
+# (fused_moe.py) sizes its workspaces by min(tokens, VLLM_FUSED_MOE_CHUNK_SIZE = 32768) and, for FP8
+# activations, quantizes each chunk (moe_kernel_quantize_input), the previous chunk's copy still bound while
+# the next is made. Bounded to the 0.10 releases whose source this was read from.
+NAIVE_DP_DISPATCH_SINCE: Version = (0, 10, 0)
+NAIVE_DP_DISPATCH_UNTIL: Version = (0, 11, 0)
+FUSED_MOE_CHUNK_SIZE = 32768
+FP8_GROUP = 128  # per-token-group activation scales of block-FP8 experts (fp32, one per 128 values)
 
 
 def activation_peak_bytes(
@@ -35,6 +46,7 @@ def activation_peak_bytes(
     last_stage: bool = True,
     expert_parallel: bool = False,
     sampler: str = "auto",
+    data_parallel: int = 1,
 ) -> float:
     """Torch peak of the profile run: a forward over max_num_batched_tokens, then the dummy sampler.
 
@@ -50,9 +62,11 @@ def activation_peak_bytes(
         # With expert parallel every rank runs the fused-MoE kernel over all tokens at full expert width.
         inter = arch.moe_intermediate_size if expert_parallel else max(arch.moe_intermediate_size // tp, 1)
         routed = tokens * arch.experts_per_token
-        moe = routed * (max(2 * inter, hidden) + inter) * ACT_BYTES + tokens * arch.num_experts * 4
+        moe = float(routed * (max(2 * inter, hidden) + inter) * ACT_BYTES + tokens * arch.num_experts * 4)
         shared = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
         moe += tokens * 3 * (shared // tp) * ACT_BYTES
+        if gathers_dp_tokens(arch, data_parallel, expert_parallel, version):
+            moe = max(moe, dp_dispatch_moe_bytes(arch, tokens, data_parallel, inter))
         mlp = max(mlp, moe)
     if arch.is_mla:
         heads = max(arch.num_heads // tp, 1)
@@ -68,6 +82,33 @@ def activation_peak_bytes(
     per_logit = sampler_bytes_per_logit(sampler, version, rows)
     sampling = tokens * hidden * ACT_BYTES + rows * padded_vocab(arch, 1) * per_logit
     return max(forward, sampling)
+
+
+def gathers_dp_tokens(arch: ModelArch, data_parallel: int, expert_parallel: bool, version: Version) -> bool:
+    """Whether each rank's MoE layers run every DP rank's tokens in the profile run: 0.10's naive dispatch,
+    data parallel above 1 with expert parallel."""
+    in_release = NAIVE_DP_DISPATCH_SINCE <= version < NAIVE_DP_DISPATCH_UNTIL
+    return arch.is_moe and expert_parallel and data_parallel > 1 and in_release
+
+
+def dp_dispatch_moe_bytes(arch: ModelArch, tokens: int, data_parallel: int, inter: int) -> float:
+    """The MoE layer's peak when the naive dispatch gathers data_parallel x tokens (0.10): the gathered hidden
+    states (written over in place by the experts' output) and router logits, the top-k ids and weights, the
+    fused-MoE workspaces of one chunk (cache1 and cache3 sharing one buffer, cache2 beside it) and, for FP8
+    activations, the chunk's quantized input and two chunks' quantized intermediate (the next is made while
+    the previous is still bound)."""
+    gathered = tokens * data_parallel
+    chunk = min(gathered, FUSED_MOE_CHUNK_SIZE)
+    k, hidden = arch.experts_per_token, arch.hidden_size
+    held = gathered * (hidden + arch.num_experts) * ACT_BYTES + gathered * k * 3 * 4
+    workspace = chunk * k * (max(2 * inter, hidden) + inter) * ACT_BYTES
+    quant = arch.quantization
+    if quant is not None and quant.method == "fp8" and quant.bits == 8:
+        chunks_alive = 2 if gathered > FUSED_MOE_CHUNK_SIZE else 1
+        first = chunk * (hidden + -(-hidden // FP8_GROUP) * 4)
+        second = chunk * k * (inter + -(-inter // FP8_GROUP) * 4)
+        workspace += first + chunks_alive * second
+    return float(held + workspace)
 
 
 def sampler_bytes_per_logit(sampler: str, version: Version, rows: int) -> float:

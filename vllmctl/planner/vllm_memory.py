@@ -12,6 +12,7 @@ from vllmctl.catalog.arch import ModelArch
 from vllmctl.catalog.gpus import GIB, GpuModel
 from vllmctl.catalog.params import pipeline_stages
 from vllmctl.planner.allocator import allocated_block_bytes, load_max_split
+from vllmctl.planner.hybrid_kv import layout_for
 from vllmctl.planner.kv import kv_layout
 from vllmctl.planner.lora_memory import draft_weight_bytes, lora_slot_bytes, mtp_weight_bytes
 from vllmctl.planner.model_runner import cold_compile_bytes, graph_estimate_in_budget, persistent_buffer_bytes
@@ -213,6 +214,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
                 last_stage=number == settings.pp - 1,
                 expert_parallel=settings.expert_parallel,
                 sampler=settings.sampler,
+                data_parallel=settings.dp,
             )
             + compiling
         )
@@ -220,7 +222,7 @@ def vllm_memory(arch: ModelArch, gpu: GpuModel, settings: VllmSettings) -> Memor
             # The encoder's profile run peaks on its own; its output embeddings stay for the decoder run.
             weights += encoder.weights
             activation = max(activation, encoder.activation) + encoder.outputs
-        layout = kv_layout(
+        layout = layout_for(
             arch,
             settings.tp,
             (first, last),

@@ -20,7 +20,7 @@ SCALE_BYTES = 4  # fp32 per-channel / per-block scales
 
 
 def _quantized(part: Linear, quant: QuantConfig | None) -> bool:
-    if quant is None or part.kind in ("embed", "lm_head", "norm", "router", "mla_absorbed"):
+    if quant is None or part.kind in ("embed", "lm_head", "norm", "router", "mla_absorbed", "state"):
         return False
     if quant.experts_only:
         return part.kind == "expert"
@@ -87,8 +87,10 @@ def rope_cache_tensors(arch: ModelArch) -> tuple[float, ...]:
     configuration (rotary_embedding get_rope caches the instance): positions (the derived length: YaRN's
     original length x factor, Llama 3's own; Gemma 3's two ropes their own) x rotary dim. Logged loads match
     to 0.01 %: Llama-3.1-8B 0.031 GiB above its parameters, Qwen3-0.6B 0.0098; gemma-3-4b-it 0.5625 (its
-    global rope's 131,072 x 8 positions)."""
-    dim = arch.qk_rope_head_dim if arch.is_mla else arch.head_dim
+    global rope's 131,072 x 8 positions). A partial_rotary_factor rotates (and caches) that share of head_dim
+    (rotary_embedding get_rope: rotary_dim = head_size x partial_rotary_factor): Qwen3-Next's 0.25 makes its
+    262,144 positions 0.031 GiB, and its 0.10.2 load 74.28 GiB exact."""
+    dim = arch.qk_rope_head_dim if arch.is_mla else int(arch.head_dim * arch.rotary_factor)
     dtype_bytes = 4 if arch.model_type in ROPE_IN_FLOAT32 else arch.dtype_bytes
     positions = arch.rope_positions or (arch.max_position_embeddings,)
     return tuple(float(length * dim * dtype_bytes) for length in positions)

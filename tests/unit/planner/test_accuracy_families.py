@@ -128,12 +128,6 @@ def test_a_kv_figure_set_aside_for_an_unknown_utilization_still_checks_the_token
     assert abs(weights.errors[0]) < 0.002
 
 
-def test_hybrid_configs_are_not_replayed_through_the_transformer_memory_model() -> None:
-    records, cases = load_cases(PUBLIC)
-    hybrid = [r for r in records if r.get("family") == "hybrid attention/Mamba"]
-    assert hybrid and not [c for c in cases if c.record in hybrid]
-
-
 def test_a_logged_image_profile_stands_for_the_default_limits_and_a_given_limit_wins() -> None:
     record = {"quote": "profiled with 1 image items of the maximum feature size."}
     _, cases = load_cases(PUBLIC)
