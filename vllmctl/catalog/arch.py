@@ -11,14 +11,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vllmctl.catalog.class_defaults import with_class_defaults
+from vllmctl.catalog.config_fields import DTYPE_BYTES, first_int
 from vllmctl.catalog.guessed import LENGTH_KEYS, guessed_fields
 from vllmctl.catalog.hybrid_arch import HybridShape, hybrid_of
 from vllmctl.catalog.llama4_arch import is_llama4, llama4_vision, text_fields
 from vllmctl.catalog.quant import QuantConfig, parse_quantization
-from vllmctl.catalog.vision_arch import VisionConfig, first_int, vision_of
+from vllmctl.catalog.vision_arch import VisionConfig, vision_of
 from vllmctl.errors import InputError
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 
 @dataclass(frozen=True)

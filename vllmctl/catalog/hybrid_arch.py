@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+from vllmctl.catalog.config_fields import DTYPE_BYTES, text_config
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,6 @@ class HybridShape:
 
     def attends(self, layer: int) -> bool:
         return self.layer_types[layer] == "full_attention"
-
-
-def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    nested = config.get("text_config")
-    return nested if isinstance(nested, Mapping) else config
 
 
 def is_hybrid(config: Mapping[str, Any]) -> bool:

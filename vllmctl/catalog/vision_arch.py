@@ -7,14 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-def first_int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
-    """The first of `keys` the config holds as an int (a bool is not one), else `default`."""
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
+from vllmctl.catalog.config_fields import first_int, text_config
 
 
 @dataclass(frozen=True)
@@ -62,8 +55,7 @@ def vision_of(config: dict[str, Any]) -> VisionConfig | None:
         return None
     hidden = first_int(raw, "hidden_size", "embed_dim")
     patch = first_int(raw, "patch_size", "spatial_patch_size", default=14)
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    text = text_config(config)
     model_type = str(config.get("model_type", ""))
     if model_type.startswith("qwen2"):
         max_patches = QWEN_VL_MAX_PIXELS // (patch * patch)

@@ -30,6 +30,11 @@ def video_peak_modelled(architecture: str, version: Version) -> bool:
     return architecture in QWEN_VIT_VIDEO_ARCHS and in_release
 
 
+def _patch_values(vision: VisionConfig) -> int:
+    """Pixel values per patch: channels x frames of a temporal patch x the patch's area."""
+    return vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+
+
 def _block_elements(vision: VisionConfig, tp: int, version: Version) -> int:
     """Elements per patch live at the peak of one vision block (bf16), TP-split linears per rank."""
     d, inner = vision.hidden_size, vision.intermediate_size
@@ -54,7 +59,7 @@ def forward_peak_bytes(vision: VisionConfig, patches: int, tp: int, version: Ver
     bound beside it (0.11.0: the bf16 cast of the pixels in _process_video_input, the position embeddings,
     the deepstack mergers' outputs and the fp32 rotary table; later: the fp32 rotary cos and sin)."""
     head_dim = vision.hidden_size // max(vision.num_heads, 1)
-    pixels = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    pixels = _patch_values(vision)
     elements = _block_elements(vision, tp, version)
     if version < GATHER_RELEASE[1]:
         deepstack = vision.deepstack * vision.out_hidden_size // max(vision.spatial_merge_size**2, 1)
@@ -68,5 +73,5 @@ def forward_peak_bytes(vision: VisionConfig, patches: int, tp: int, version: Ver
 def held_input_bytes(vision: VisionConfig, patches: int) -> float:
     """The dummy video's pixel values, float32 as the HF processor returns them, moved to the device by
     _get_mm_dummy_batch and bound to profile_run's batched_dummy_mm_inputs until it returns."""
-    pixels = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    pixels = _patch_values(vision)
     return float(patches * pixels * FP32_BYTES)
