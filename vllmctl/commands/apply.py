@@ -123,8 +123,18 @@ def wave_lines(rollout: dict[str, Any]) -> list[str]:
         kind = " (canary, alone)" if canary is True else f" (canary of {', '.join(canary)})" if canary else ""
         took = f" in {wave['end'] - wave['start']:.0f} s" if wave.get("end") is not None else ""
         said.append(f"rollout wave {number}{kind}: {', '.join(wave['hosts'])}{took}")
+    for soak in rollout.get("soaks", []):
+        sides = (f"{side} {soak_side(s)}" for side in ("canary", "peers") if (s := soak.get(side)))
+        why = f" ({soak['reason']})" if soak["reason"] else ""
+        said.append(f"canary soak of {soak['model']}: {'; '.join(sides)}: {soak['verdict']}{why}")
     said.extend(f"rollout held: {host}: {why}" for host, why in rollout.get("held", {}).items())
     return said
+
+
+def soak_side(s: dict[str, Any]) -> str:
+    served = f"{s['requests']} requests, {s['errors']} failed, {s['mean_session_ms']:.0f} ms a session"
+    engine = f", first token {s['ttft_ms']:.0f} ms, {s['itl_ms']:.1f} ms a token" if s["first_tokens"] else ""
+    return served + engine
 
 
 def show_groups(ui: Ui, groups: list[GroupRun], diffs: bool) -> None:

@@ -45,9 +45,9 @@ class ServerStat:
     sessions: int
     queued: int
     check: str = ""
-    total: int = 0  # sessions it was sent since HAProxy started (`stot`)
+    requests: int = 0  # HTTP requests it was sent since HAProxy started (`req_tot`)
     errors: int = 0  # 5xx responses and response errors since HAProxy started (`hrsp_5xx` + `eresp`)
-    total_time_ms: int = 0  # average session time over its last 1024 sessions (`ttime`)
+    ttime_ms: int = 0  # average session time over about its last 1024 requests (`ttime`)
 
     @property
     def ref(self) -> str:
@@ -78,7 +78,7 @@ def parse_stat(output: str) -> dict[str, ServerStat]:
             _int(row.get("scur")),
             _int(row.get("qcur")),
             (row.get("check_status") or "").strip(),
-            _int(row.get("stot")),
+            _int(row.get("req_tot")),
             _int(row.get("hrsp_5xx")) + _int(row.get("eresp")),
             _int(row.get("ttime")),
         )

@@ -52,7 +52,7 @@ from vllmctl.runner.playbook_run import run_playbook
 from vllmctl.runner.results import RunResult
 from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
 from vllmctl.runner.view import Progress
-from vllmctl.runner.waves import planned_waves, with_max_unavailable
+from vllmctl.runner.waves import planned_waves, ran_waves, with_max_unavailable
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import load_playbook, with_task_params
 
@@ -269,7 +269,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
         for name, host in result.hosts.items():
             host.gateway = guard.gateway.host_events(name) if guard.gateway is not None else []
             host.rollout = guard.host_events(name)
-        waves = {"waves": guard.waves.to_json(), **({"canaries_rolled_back": rolled} if rolled else {})}
+        waves = ran_waves(guard, rolled)
     groups = []
     if clusters and not opts.stop.is_set():  # an interrupted run starts nothing more
         groups = deploy_groups(args, inventory, result, clusters, contexts, started, keys, guard, ui)

@@ -18,7 +18,7 @@ from vllmctl.releases.canary_check import CanaryBounds
 from vllmctl.releases.out_of_service import OutRecord, claims, held_hosts, keepers, sort_records
 from vllmctl.releases.rollout import Decision, MaxFail, RolloutLedger, ServingReplica, may_take_out
 from vllmctl.releases.waves import RolloutLimits
-from vllmctl.runner.canary_soak import SoakJudge
+from vllmctl.runner.canary_soak import SoakJudge, engine_reader
 from vllmctl.runner.gateway import GatewayControl
 from vllmctl.runner.interrupt import STOP, reason
 from vllmctl.runner.out_records import OutRecords, ssh_connect
@@ -271,9 +271,11 @@ def rollout_guard(
     """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`; with `owner`
     (the run's lock owner line) it keeps out-of-service records other runs read (runner/out_records.py)."""
     known = inventory.hosts
-    probe = probe or health_probe(
-        api_keys or {}, lambda r: base_url(known[r.host], r.port) if r.port else r.url
-    )
+
+    def url_of(replica: ServingReplica) -> str:
+        return base_url(known[replica.host], replica.port) if replica.port else replica.url
+
+    probe = probe or health_probe(api_keys or {}, url_of)
     replicas = serving_replicas(inventory, plans)
     minimum = {m.name: m.min_available for m in inventory.models.values()}
     limits = {m.name: m.limits for m in inventory.models.values()}
@@ -282,7 +284,7 @@ def rollout_guard(
         hosts_of.setdefault(replica.model, set()).add(replica.host)
     guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s, stop=stop)
     guard.max_out, guard.canaries = max_out(limits, hosts_of), Canaries(limits)
-    guard.soak = SoakJudge(gateway, replicas) if gateway is not None else None
+    guard.soak = SoakJudge(gateway, replicas, engine_reader(url_of)) if gateway is not None else None
     if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
         guard.records = ssh_out_records(inventory, replicas, owner)
     return guard

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllmctl.releases.waves import MaxUnavailable, WavePlan, plan_waves
 
 if TYPE_CHECKING:
     from vllmctl.inventory.model import Inventory
     from vllmctl.runner.results import RunResult
+    from vllmctl.runner.rollout import RolloutGuard
 
 
 def with_max_unavailable(inventory: Inventory, bound: MaxUnavailable | None) -> Inventory:
@@ -34,3 +35,14 @@ def planned_waves(inventory: Inventory, result: RunResult) -> WavePlan:
     hosts_of = {m.name: list(m.hosts) for m in single}
     changing = [host for host in inventory.hosts if host in stopping]
     return plan_waves(changing, serves, hosts_of, {m.name: m.limits for m in single})
+
+
+def ran_waves(guard: RolloutGuard, rolled: dict[str, Any]) -> dict[str, Any]:
+    """The rollout as it ran, for the report: its waves, each canary soak's figures and verdict, and the
+    canaries a soak found worse, rolled back."""
+    soaks = guard.soak.records if guard.soak is not None else []
+    return {
+        "waves": guard.waves.to_json(),
+        **({"soaks": soaks} if soaks else {}),
+        **({"canaries_rolled_back": rolled} if rolled else {}),
+    }

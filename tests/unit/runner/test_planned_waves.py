@@ -55,6 +55,19 @@ def test_a_run_prints_each_wave_with_its_time_and_canary_models() -> None:
     ]
 
 
+def test_a_run_prints_each_canary_soak_with_both_sides_figures_and_its_verdict() -> None:
+    from vllmctl.releases.canary_check import Counters, EngineWindow, soak_record
+
+    sides = (Counters(12, 0, 2950.4), Counters(88, 1, 101.0))
+    engines = (EngineWindow(12, 41.0, 180, 8.0), EngineWindow(88, 30.2, 1300, 7.5))
+    soak = soak_record("tiny", ["a"], sides, engines, "")
+    assert wave_lines({"waves": [], "soaks": [soak]}) == [
+        "canary soak of tiny: canary 12 requests, 0 failed, 2950 ms a session, first token 41 ms, 8.0 ms a "
+        "token; peers 88 requests, 1 failed, 101 ms a session, first token 30 ms, 7.5 ms a token: "
+        "not judged (fewer than 20 requests on the canary side)"
+    ]
+
+
 def test_the_flag_takes_a_count_or_a_percentage() -> None:
     parser = cli.build_parser()
     assert parser.parse_args(["apply", "inv.yml"]).max_unavailable is None

@@ -11,6 +11,7 @@ from typing import Any
 from vllmctl.gateway.config import Server
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.releases.canary import Canaries
+from vllmctl.releases.canary_check import EngineReading
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
 from vllmctl.releases.waves import MaxUnavailable, RolloutLimits
 from vllmctl.runner.canary_soak import SoakJudge
@@ -139,7 +140,7 @@ def test_a_host_serving_two_models_waits_for_the_stricter_one() -> None:
 class CountingGateway:
     """A gateway host answering `show stat` with each server's status and the counters the test sets."""
 
-    HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status,hrsp_5xx,eresp,ttime\n"
+    HEADER = "# pxname,svname,qcur,scur,req_tot,status,type,check_status,hrsp_5xx,eresp,ttime\n"
 
     def __init__(self) -> None:
         self.states = dict.fromkeys("abc", "UP")
@@ -155,21 +156,21 @@ class CountingGateway:
         rows = ""
         for host, status in self.states.items():
             total, errors, ttime = self.counters[host]
-            rows += f"tiny,{host}-8000,0,0,0,1,,{total},{status},2,L7OK,{errors},0,{ttime}\n"
+            rows += f"tiny,{host}-8000,0,0,{total},{status},2,L7OK,{errors},0,{ttime}\n"
         return Result(self.HEADER + rows, "", 0)
 
     def close(self) -> None:
         pass
 
 
-def soaking(gw: CountingGateway, now: list[float]) -> RolloutGuard:
+def soaking(gw: CountingGateway, now: list[float], engines: Any = None) -> RolloutGuard:
     servers = [Server("tiny", f"{h}-8000", h, f"10.0.0.{i}", 8000) for i, h in enumerate("abc", 1)]
     replicas = [ServingReplica("tiny", s.host, s.ref, f"http://{s.address}:8000") for s in servers]
     spec = GatewaySpec(("gw",), {"tiny": 9100}, drain_timeout_s=1.0, check_interval_s=0.01)
     control = GatewayControl(spec, servers, lambda name: gw, sleep=lambda s: None)
     limits = {"tiny": RolloutLimits(1, MaxUnavailable(2), soak_s=30.0)}
     rollout = guard(replicas, limits, clock=lambda: now[0], max_fail=MaxFail(5))
-    rollout.gateway, rollout.soak = control, SoakJudge(control, replicas)
+    rollout.gateway, rollout.soak = control, SoakJudge(control, replicas, engines)
     return rollout
 
 
@@ -179,14 +180,19 @@ def test_a_canary_slower_than_its_peers_over_its_soak_holds_the_model_back() -> 
     gw.counters = {"a": (5, 0, 100), "b": (5, 0, 100), "c": (5, 0, 100)}
     assert rollout.take_out("a") == ""
     assert rollout.put_back("a", "") == ""  # the soak starts from these counters
+    # below 1024 requests HAProxy's ttime is their plain mean: the soak's 40 took 1000 ms each, the peers'
+    # 100 took 100 and 122 ms on average (c: 5 x 100 ms, then 50 more making a mean of 120)
     gw.counters = {"a": (45, 0, 900), "b": (55, 0, 100), "c": (55, 0, 120)}
     now[0] = 131.0
     assert rollout.take_out("b") == (
-        "tiny: its canary a failed (worse than its peers over its soak: its average session time 900 ms is "
-        "above 1.5x its peers' 110 ms); its rollout stopped"
+        "tiny: its canary a failed (worse than its peers over its soak: its mean session time 1000 ms is "
+        "above 1.5x its peers' 111 ms); its rollout stopped"
     )
-    assert rollout.canaries.judged["tiny"].startswith("its average session time 900 ms")
-    assert rollout.ledger.failed["a"].startswith("worse than its peers over its soak: its average")
+    assert rollout.canaries.judged["tiny"].startswith("its mean session time 1000 ms")
+    assert rollout.ledger.failed["a"].startswith("worse than its peers over its soak: its mean")
+    assert rollout.soak is not None and [s["verdict"] for s in rollout.soak.records] == ["worse"]
+    canary = rollout.soak.records[0]["canary"]
+    assert canary["requests"] == 40 and canary["mean_session_ms"] == 1000.0 and canary["first_tokens"] == 0
     assert gw.states == {"a": "UP", "b": "UP", "c": "UP"}  # b was never drained
 
 
@@ -198,6 +204,26 @@ def test_a_canary_as_good_as_its_peers_lets_the_waves_start() -> None:
     now[0] = 131.0
     assert rollout.take_out("b") == "" and rollout.take_out("c") == ""
     assert rollout.canaries.judged == {"tiny": ""}
+    assert rollout.soak is not None and [s["verdict"] for s in rollout.soak.records] == ["passed"]
+
+
+def test_a_canary_whose_engine_is_slower_to_its_first_token_holds_the_model_back() -> None:
+    """The gateway sees the same session times; the engines' /metrics say the canary's first tokens took
+    twice as long (its streamed sessions last as long as the client reads)."""
+    gw, now = CountingGateway(), [100.0]
+    histograms = {h: EngineReading((1.0, 10.0), (1.0, 100.0)) for h in "abc"}
+    rollout = soaking(gw, now, lambda replica: histograms[replica.host])
+    assert rollout.take_out("a") == "" and rollout.put_back("a", "") == ""
+    gw.counters = {"a": (40, 0, 100), "b": (50, 0, 100), "c": (50, 0, 100)}
+    histograms["a"] = EngineReading((1.0 + 40 * 0.2, 50.0), (1.0 + 0.4, 500.0))  # 200 ms, 1 ms a token
+    histograms["b"] = EngineReading((1.0 + 50 * 0.1, 60.0), (1.0 + 0.5, 600.0))  # 100 ms
+    histograms["c"] = None  # its /metrics did not answer at the end: left out, b alone is the peers
+    now[0] = 131.0
+    assert rollout.take_out("b") == (
+        "tiny: its canary a failed (worse than its peers over its soak: its engine's mean time to first "
+        "token 200.0 ms is above 1.5x its peers' 100.0 ms); its rollout stopped"
+    )
+    assert rollout.soak is not None and rollout.soak.records[0]["peers"]["first_tokens"] == 50
 
 
 def test_a_worse_canary_is_drained_rolled_back_readied_and_its_result_fails(monkeypatch: Any) -> None:
