@@ -48,6 +48,7 @@ class ServerStat:
     requests: int = 0  # HTTP requests it was sent since HAProxy started (`req_tot`)
     errors: int = 0  # 5xx responses and response errors since HAProxy started (`hrsp_5xx` + `eresp`)
     ttime_ms: int = 0  # average session time over about its last 1024 requests (`ttime`)
+    downs: int = 0  # times its health checks took it from UP to DOWN (`chkdown`)
 
     @property
     def ref(self) -> str:
@@ -81,6 +82,7 @@ def parse_stat(output: str) -> dict[str, ServerStat]:
             _int(row.get("req_tot")),
             _int(row.get("hrsp_5xx")) + _int(row.get("eresp")),
             _int(row.get("ttime")),
+            _int(row.get("chkdown")),
         )
         found[stat.ref] = stat
     return found

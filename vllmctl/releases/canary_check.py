@@ -24,22 +24,30 @@ class Reading:
     requests: int = 0
     errors: int = 0
     ttime_ms: int = 0
+    downs: int = 0  # times its health checks took it from UP to DOWN (`chkdown`)
 
 
 @dataclass(frozen=True)
 class Counters:
-    """One server (or a sum of them) over a window: requests, failed ones, mean session time."""
+    """One server (or a sum of them) over a window: requests, failed ones, mean session time, and the times
+    its health checks took it out of rotation."""
 
     requests: int = 0
     errors: int = 0
     time_ms: float = 0.0
+    downs: int = 0
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "errors": self.errors, "mean_session_ms": round(self.time_ms, 1)}
+        figures = {
+            "requests": self.requests,
+            "errors": self.errors,
+            "mean_session_ms": round(self.time_ms, 1),
+        }
+        return {**figures, "downs": self.downs}
 
 
 @dataclass(frozen=True)
@@ -55,14 +63,15 @@ def window(before: Reading, after: Reading) -> Counters:
         before = Reading()  # HAProxy restarted: its counters started again from zero
     count = after.requests - before.requests
     errors = max(after.errors - before.errors, 0)
+    downs = max(after.downs - before.downs, 0)
     if count == 0:
-        return Counters(0, errors, 0.0)
+        return Counters(0, errors, 0.0, downs)
     n = TIME_STATS_SAMPLES
     summed = [r.ttime_ms * min(r.requests, n) for r in (before, after)]
     plain = min(max(n - before.requests, 0), count)  # added to the sum as they are, none lost
     kept = (1 - 1 / n) ** (count - plain)  # what is left of the earlier sum after the sliding ones
     mean = (summed[1] - summed[0] * kept) / (plain * kept + n * (1 - kept))
-    return Counters(count, errors, max(mean, 0.0))
+    return Counters(count, errors, max(mean, 0.0), downs)
 
 
 def pooled(servers: Iterable[Counters]) -> Counters:
@@ -71,12 +80,15 @@ def pooled(servers: Iterable[Counters]) -> Counters:
     requests = sum(c.requests for c in found)
     errors = sum(c.errors for c in found)
     time_ms = sum(c.time_ms * c.requests for c in found) / requests if requests else 0.0
-    return Counters(requests, errors, time_ms)
+    return Counters(requests, errors, time_ms, sum(c.downs for c in found))
 
 
 def judge(canary: Counters, peers: Counters, bounds: CanaryBounds) -> str:
-    """Why the canary is worse than its peers beyond `bounds`, or "" (also when either side served fewer
-    than MIN_REQUESTS requests: nothing to compare)."""
+    """Why the canary is worse than its peers beyond `bounds`, or "". Taken out of rotation by its health
+    checks while no peer was is worse on any count (a slow canary the balancer stops sending to would
+    otherwise serve too few requests to judge); else fewer than MIN_REQUESTS a side are not judged."""
+    if canary.downs and not peers.downs:
+        return f"its health checks took it out of the gateway {canary.downs} time(s), its peers' never"
     if canary.requests < MIN_REQUESTS or peers.requests < MIN_REQUESTS:
         return ""
     if canary.error_rate > peers.error_rate + bounds.max_error_rate:

@@ -73,7 +73,7 @@ class SoakJudge:
         found: Readings = {}
         for host in self.gateway.gateway.hosts:
             for ref, stat in self.gateway.stats(host).items():
-                found[(host, ref)] = Reading(stat.requests, stat.errors, stat.ttime_ms)
+                found[(host, ref)] = Reading(stat.requests, stat.errors, stat.ttime_ms, stat.downs)
         return found
 
     def engine_readings(self, model: str) -> dict[str, EngineReading | None]:

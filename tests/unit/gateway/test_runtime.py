@@ -64,3 +64,12 @@ def test_the_status_table_shows_each_server_and_an_unreachable_gateway() -> None
         ["gw", "tiny", "b-8000", "DRAIN", "1", "0", "L7OK"],
         ["gw2", "-", "-", "unreachable:", "timed", "out"],
     ]
+
+
+def test_a_servers_counters_are_read_by_their_names_in_haproxys_header() -> None:
+    text = (
+        "# pxname,svname,scur,stot,status,type,hrsp_5xx,eresp,ttime,req_tot,chkdown\n"
+        "tiny,a-8000,1,40,UP,2,3,1,412,1500,2\n"
+    )
+    row = parse_stat(text)["tiny/a-8000"]
+    assert (row.requests, row.errors, row.ttime_ms, row.downs) == (1500, 4, 412, 2)  # req_tot, not stot

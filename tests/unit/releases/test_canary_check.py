@@ -82,6 +82,16 @@ def test_a_slower_or_failing_canary_is_worse_and_says_why() -> None:
     )
 
 
+def test_a_canary_its_checks_took_out_of_rotation_is_worse_however_few_requests_it_served() -> None:
+    assert window(Reading(100, 0, 90, downs=1), Reading(104, 0, 95, downs=3)).downs == 2
+    assert pooled([Counters(4, downs=2), Counters(3, downs=1)]).downs == 3
+    assert judge(Counters(4, 0, 5000.0, downs=2), Counters(200, 0, 100.0), CanaryBounds()) == (
+        "its health checks took it out of the gateway 2 time(s), its peers' never"
+    )
+    # the peers went down too (the gateway's own network, say): nothing the canary did; too few to judge
+    assert judge(Counters(4, 0, 5000.0, downs=1), Counters(200, 0, 100.0, downs=1), CanaryBounds()) == ""
+
+
 def test_too_few_requests_on_either_side_are_not_judged() -> None:
     assert judge(Counters(19, 19, 9000.0), Counters(100, 0, 100.0), CanaryBounds()) == ""
     assert judge(Counters(100, 50, 9000.0), Counters(19, 0, 100.0), CanaryBounds()) == ""
@@ -119,6 +129,7 @@ def test_the_soaks_record_says_what_each_side_served_and_why_it_was_or_was_not_j
         "requests": 12,
         "errors": 0,
         "mean_session_ms": 900.0,
+        "downs": 0,
         "first_tokens": 12,
         "ttft_ms": 40.0,
         "tokens": 180,
