@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from gateway_lab import MODEL, Gateway, Stream
+from gateway_lab import MODEL, Gateway, Stream, Watch
 
 from vllmctl.paths import AUDIT_LOG, OUT_DIR
 
@@ -114,32 +113,6 @@ def test_a_killed_runs_drain_shows_in_status_and_the_next_run_puts_it_back(gatew
     assert gateway.served > 20
 
 
-class Watch:
-    """Samples HAProxy's server states on the gateway host until stopped; `both_out` lists the samples
-    where no server of the model was UP."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway, self.stop = gateway, threading.Event()
-        self.both_out: list[dict[str, str]] = []
-        self.samples = 0
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self.stop.wait(0.3):
-            states = {ref: s.status for ref, s in self.gateway.stats().items()}
-            self.samples += 1
-            if states and not any(status.startswith("UP") for status in states.values()):
-                self.both_out.append(states)
-
-    def __enter__(self) -> Watch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-
-
 def test_two_applies_at_once_with_different_limits_never_hold_both_replicas_out(gateway: Gateway) -> None:
     gateway.wait_status("UP", 2, within_s=600)
     first, second = gateway.deployment.engine_hosts
@@ -163,6 +136,6 @@ def test_two_applies_at_once_with_different_limits_never_hold_both_replicas_out(
         spans.append((taken[0], readied[0]))  # taken out (before its drain); seen UP again
     (_, back), (out, _) = sorted(spans)
     assert back <= out, spans  # the second host was taken out only once the first was back UP
-    assert watch.samples > 50 and watch.both_out == [], watch.both_out[:3]
+    assert watch.samples > 50 and watch.none_up == [], watch.none_up[:3]
     assert gateway.failures == [], gateway.failures[:5]
     assert gateway.served > 20

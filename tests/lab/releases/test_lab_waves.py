@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fast_start import FAST_START
-from gateway_lab import GATEWAY_PORT, MODEL, Gateway, Stream
+from gateway_lab import GATEWAY_PORT, MODEL, Gateway, Stream, Watch
 
 from vllmctl.lab.machines import CPU_V1
 
@@ -68,33 +68,6 @@ def yaml_doc(path: Any) -> dict[str, Any]:
 
     loaded: dict[str, Any] = yaml.safe_load(path.read_text())
     return loaded
-
-
-class Watch:
-    """Samples HAProxy's servers until stopped; `none_up` lists the samples where a model had no server UP."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway, self.stop = gateway, threading.Event()
-        self.none_up: list[dict[str, str]] = []
-        self.samples = 0
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self.stop.wait(0.3):
-            states = {ref: s.status for ref, s in self.gateway.stats().items()}
-            self.samples += 1
-            for model in {ref.split("/")[0] for ref in states}:
-                mine = [s for ref, s in states.items() if ref.startswith(f"{model}/")]
-                if not any(status.startswith("UP") for status in mine):
-                    self.none_up.append(states)
-
-    def __enter__(self) -> Watch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
 
 
 @pytest.fixture(scope="module")
