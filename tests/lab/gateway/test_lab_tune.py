@@ -42,7 +42,7 @@ def gateway(deployment: Any) -> Iterator[Gateway]:
 
 
 class Sessions:
-    """The tuned replica's HAProxy row, sampled twice a second: (status, sessions sent to it so far)."""
+    """The tuned replica's HAProxy row, sampled twice a second: (status, requests sent to it so far)."""
 
     def __init__(self, gateway: Gateway, host: Any) -> None:
         self.gateway, self.prefix = gateway, f"{host.name}-"  # gateway/config.py's server_name
@@ -55,7 +55,7 @@ class Sessions:
             rows = parse_stat(self.gateway.root(self.gateway.host, SHOW_STAT.render())).values()
             mine = [r for r in rows if r.name.startswith(self.prefix)]
             if mine:
-                self.samples.append((mine[0].status, mine[0].total))
+                self.samples.append((mine[0].status, mine[0].requests))
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(status, sessions so far, samples in a row): the samples, told briefly."""
