@@ -227,8 +227,8 @@ def test_an_apply_ended_by_sigterm_mid_release_leaves_no_server_drained_and_no_l
     assert json.loads(out)["aborted"] == "interrupted by SIGTERM" and "interrupted by SIGTERM" in err
     left = {ref: s.status for ref, s in gateway.stats().items() if s.status.startswith(("DRAIN", "MAINT"))}
     assert left == {}, left
-    for host in deployment.engine_hosts:
-        assert deployment.fleet.ssh(host, f"test -e {LOCK_DIR}").returncode == 1, host.name
+    for each in deployment.engine_hosts:
+        assert deployment.fleet.ssh(each, f"test -e {LOCK_DIR}").returncode == 1, each.name
     gateway.wait_status("UP", 2, within_s=600)  # the restarted engine comes back through its checks
     gateway.failures.clear()
     gateway.served = 0
