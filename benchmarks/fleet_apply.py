@@ -292,8 +292,9 @@ def where_time_goes(
     """One no-op converge in this process with timers on each phase; process start measured apart. Per-host
     phases run in threads, so their sums include waiting for the GIL and for the other hosts' traffic."""
     from vllmctl.console import Ui
-    from vllmctl.runner import DEFAULT_FORKS, execute, remote
+    from vllmctl.runner import DEFAULT_FORKS
     from vllmctl.runner import apply as flow
+    from vllmctl.runner.core import execute, remote
     from vllmctl.transport import ssh
 
     start = run_child([sys.executable, "-m", "vllmctl", "apply", "--help"], env, cwd)  # what apply imports
@@ -350,9 +351,9 @@ def noop_script(inventory: Path) -> str:
     """The script a no-op `apply --playbook units` over kept facts runs on a host, as the SSH user: the lock
     probe, the witness of the kept facts and the live facts (the known paths are the requested ones)."""
     from vllmctl.facts.witness import witness_words
-    from vllmctl.runner.fleet import host_contexts
-    from vllmctl.runner.plan import playbook_requests
-    from vllmctl.runner.remote import reuse_script
+    from vllmctl.runner.core.plan import playbook_requests
+    from vllmctl.runner.core.remote import reuse_script
+    from vllmctl.runner.fleet.hosts import host_contexts
     from vllmctl.tasks.playbooks import load_playbook
 
     loaded = load_inventory(inventory)

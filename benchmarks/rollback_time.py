@@ -36,7 +36,7 @@ from vllmctl.inventory.model import (  # noqa: E402
 from vllmctl.lab import tinymodel, wheelhouse  # noqa: E402
 from vllmctl.lab.local_engine import free_port  # noqa: E402
 from vllmctl.ops import Command  # noqa: E402
-from vllmctl.runner.release import GateOptions, desired_manifest, gate_host  # noqa: E402
+from vllmctl.runner.releases.release import GateOptions, desired_manifest, gate_host  # noqa: E402
 from vllmctl.tasks.desired import HostContext  # noqa: E402
 
 # `start` runs the unit's ExecStart (venv path moved under $ROOT) in its own process group; `show` reports

@@ -58,7 +58,7 @@ from vllmctl.lab.testing import LabFleet, LabHostInfo, start_fleet, stop_fleet
 from vllmctl.lab.tinymodel import ensure_tiny_model
 from vllmctl.ops.engine import venv_path
 from vllmctl.paths import HUB_CACHE, incoming_dir
-from vllmctl.runner.staging import local_manifest
+from vllmctl.runner.fleet.staging import local_manifest
 
 BENCH_DIR = Path("/var/tmp/vllmctl-fanout-bench")
 FOLDER = BENCH_DIR / "synth"  # on the controller, and at the same path on every host

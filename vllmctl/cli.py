@@ -18,7 +18,7 @@ from vllmctl import __version__
 from vllmctl.commands import command_modules
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, VllmctlError
-from vllmctl.runner import interrupt
+from vllmctl.runner.core import interrupt
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from typing import Any
 
 from vllmctl.errors import TransportError
 from vllmctl.ops import Action, Upload, sha256_text
-from vllmctl.runner.remote import HostLockedError
+from vllmctl.runner.core.remote import HostLockedError
 from vllmctl.transport import Result
 
 

@@ -11,7 +11,7 @@ from vllmctl.bench.readiness import HealthResult
 from vllmctl.bench.report import EndpointReport
 from vllmctl.bench.stats import RequestResult, summarize
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.runner.release import (
+from vllmctl.runner.releases.release import (
     GateOptions,
     desired_manifest,
 )

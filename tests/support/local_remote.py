@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vllmctl.ops import Command, Upload
-from vllmctl.runner.remote import HostLockedError
+from vllmctl.runner.core.remote import HostLockedError
 from vllmctl.transport import Result
 
 MOVED = ("/var/lib/vllmctl", "/etc/systemd/system", "/etc/vllmctl", "/opt/vllmctl")

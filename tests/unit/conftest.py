@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def no_package_index(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from vllmctl.runner import engine_cuda
+    from vllmctl.runner.fleet import engine_cuda
 
     unreachable = httpx.MockTransport(lambda request: httpx.Response(503, text="no index in unit tests"))
     monkeypatch.setattr(engine_cuda, "TRANSPORT", unreachable)

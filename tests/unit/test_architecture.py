@@ -23,7 +23,7 @@ PURE = [
     "observe",
     "releases",
     "multinode",
-    "runner/plan.py",
+    "runner/core/plan.py",
 ]
 SSH_LIBS = {"fabric", "paramiko", "invoke"}
 BANNED_IN_PURE = {"vllmctl.transport", "subprocess", "socket", "time", "paramiko", "fabric", "threading"}
@@ -111,9 +111,9 @@ NETWORK_LIBS = ("paramiko", "fabric", "invoke", "httpx", "aiohttp", "requests", 
 EDGE_MODULES = (
     "vllmctl.transport",
     "vllmctl.console",
-    "vllmctl.runner.remote",
-    "vllmctl.runner.execute",
-    "vllmctl.runner.playbook_run",
+    "vllmctl.runner.core.remote",
+    "vllmctl.runner.core.execute",
+    "vllmctl.runner.core.playbook_run",
 )
 # Loaded once before the forks: third-party libraries the core may use, none of them banned (were one to
 # load a banned library, every module would be reported). Saves each fork ~0.1 s of the same imports.

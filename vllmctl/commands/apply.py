@@ -11,10 +11,10 @@ from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.runner.apply import ApplyRequest, apply
-from vllmctl.runner.view import show_failures, show_plan, show_recap
+from vllmctl.runner.core.view import show_failures, show_plan, show_recap
 
 if TYPE_CHECKING:
-    from vllmctl.runner.apply_groups import GroupRun
+    from vllmctl.runner.multinode.apply_groups import GroupRun
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -140,7 +140,7 @@ def soak_side(s: dict[str, Any]) -> str:
 def show_groups(ui: Ui, groups: list[GroupRun], diffs: bool) -> None:
     if not groups:
         return
-    from vllmctl.runner.apply_groups import summary  # only runs with multi-node models load it
+    from vllmctl.runner.multinode.apply_groups import summary  # only runs with multi-node models load it
 
     for group, line in zip(groups, summary(groups), strict=True):
         if group.failed:

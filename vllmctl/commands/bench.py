@@ -90,7 +90,7 @@ def _spec(args: argparse.Namespace) -> LoadSpec:
 
 def _replica_counts(inv: Inventory) -> dict[tuple[str, str], int]:
     """Data-parallel replicas per (host, model) as the offline planner sees them; 1 where it cannot plan."""
-    from vllmctl.runner.fleet import served_plan
+    from vllmctl.runner.fleet.hosts import served_plan
 
     return served_plan(inv).replica_counts()
 
@@ -115,7 +115,7 @@ def _targets(args: argparse.Namespace) -> Targets:
         return [Endpoint("", args.model_id, 0, args.url)], {}, keys
     if not args.inventory:
         raise InputError("give an inventory, or --url with --model-id", "e.g. vllmctl bench fleet.yml")
-    from vllmctl.runner.fleet import api_keys, select_hosts
+    from vllmctl.runner.fleet.hosts import api_keys, select_hosts
 
     inv = load_inventory(args.inventory)
     models = [name.strip() for name in (args.model or "").split(",") if name.strip()]

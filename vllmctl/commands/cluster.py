@@ -20,15 +20,15 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan
 from vllmctl.multinode.preflight import PreflightReport
 from vllmctl.releases.host import ReleaseError, inventory_digest
-from vllmctl.runner.audit import lock_owner
-from vllmctl.runner.cluster import cluster_status, run_preflight
-from vllmctl.runner.cluster_flow import bring_up, model_cluster
-from vllmctl.runner.cluster_release import (
+from vllmctl.runner.core.audit import lock_owner
+from vllmctl.runner.fleet.hosts import api_keys
+from vllmctl.runner.multinode.cluster import cluster_status, run_preflight
+from vllmctl.runner.multinode.cluster_flow import bring_up, model_cluster
+from vllmctl.runner.multinode.cluster_release import (
     GroupGateOptions,
     GroupOutcome,
 )
-from vllmctl.runner.fleet import api_keys
-from vllmctl.runner.group_rollback import roll_back_group, rollback_plan
+from vllmctl.runner.multinode.group_rollback import roll_back_group, rollback_plan
 from vllmctl.status.model import ClusterState
 
 

@@ -22,7 +22,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.inventory.model import Inventory
 from vllmctl.observe import alerts, dashboard
 from vllmctl.ops.dcgm import EXPORTER_PORT
-from vllmctl.runner.fleet import model_plans, planned_inventory, served_plan
+from vllmctl.runner.fleet.hosts import model_plans, planned_inventory, served_plan
 from vllmctl.tasks.desired import HostContext, ModelPlan
 
 JOB = "vllmctl"

@@ -14,7 +14,7 @@ from vllmctl.facts import HOST_FACTS
 from vllmctl.inventory import load_inventory
 from vllmctl.ops.gpu_health import verdict
 from vllmctl.ops.gpu_links import link_warnings
-from vllmctl.runner.fleet import gather_fleet_facts, host_contexts, select_hosts
+from vllmctl.runner.fleet.hosts import gather_fleet_facts, host_contexts, select_hosts
 
 SHOWN = (*HOST_FACTS, "units", "releases")
 

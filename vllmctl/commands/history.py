@@ -1,5 +1,5 @@
 """`vllmctl history INVENTORY`: each host's releases, oldest first, with status, pointers and gate figures,
-then each multi-node model's group releases across its nodes (read by runner/history.py)."""
+then each multi-node model's group releases across its nodes (read by runner/releases/history.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.facts.lock import held_locks
 from vllmctl.releases.host import recovery_needed
-from vllmctl.runner.fleet import ssh_remote
-from vllmctl.runner.group_nodes import read_group_listings
-from vllmctl.runner.history import GroupReader, RemoteFor, read_history
+from vllmctl.runner.fleet.hosts import ssh_remote
+from vllmctl.runner.multinode.group_nodes import read_group_listings
+from vllmctl.runner.releases.history import GroupReader, RemoteFor, read_history
 
 
 def _figures_text(figures: Mapping[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""`vllmctl lab up|down|list`: a local fleet of real container hosts with simulated GPUs (issue #4)."""
+"""`vllmctl lab up|down|list`: a local fleet of real container hosts with simulated GPUs."""
 
 from __future__ import annotations
 

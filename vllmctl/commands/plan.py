@@ -28,8 +28,8 @@ from vllmctl.ops.driver_flavor import host_driver_plan
 from vllmctl.planner.inventory_plan import HostModelPlan, plan_inventory
 from vllmctl.planner.plan_groups import hosts_label, same_plan_groups
 from vllmctl.planner.presets import CpuEnginePlan
-from vllmctl.runner.engine_cuda import engine_driver_errors
-from vllmctl.runner.fleet import (
+from vllmctl.runner.fleet.engine_cuda import engine_driver_errors
+from vllmctl.runner.fleet.hosts import (
     cpu_engine_plans,
     gather_fleet_facts,
     gpu_facts_from,
@@ -39,8 +39,8 @@ from vllmctl.runner.fleet import (
     select_hosts,
     served_plan,
 )
-from vllmctl.runner.refusals import refused_problems, vet_proposals
-from vllmctl.runner.status import collect
+from vllmctl.runner.fleet.refusals import refused_problems, vet_proposals
+from vllmctl.runner.status.collect import collect
 from vllmctl.status.proposals import Proposal, changed_inventory, engine_args_diff, propose_all
 
 

@@ -15,12 +15,12 @@ from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.audit import lock_owner
-from vllmctl.runner.engine_watch import wait_for_health
-from vllmctl.runner.fleet import api_keys, planned_inventory, select_hosts, ssh_remote
-from vllmctl.runner.history import RemoteFor
+from vllmctl.runner.core.audit import lock_owner
+from vllmctl.runner.core.engine_watch import wait_for_health
+from vllmctl.runner.core.view import stale_lock_note
+from vllmctl.runner.fleet.hosts import api_keys, planned_inventory, select_hosts, ssh_remote
+from vllmctl.runner.releases.history import RemoteFor
 from vllmctl.runner.rollback import RollbackOptions, RollbackRun, rollback
-from vllmctl.runner.view import stale_lock_note
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

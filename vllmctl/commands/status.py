@@ -1,7 +1,7 @@
 """`vllmctl status INVENTORY`: per host and model, the service, release, health, load, KV cache and advice.
 
-The gathering is runner/status.py; this module parses flags, calls it (once, or every `--every` seconds
-with `--watch`) and prints.
+The gathering is runner/status/collect.py; this module parses flags, calls it (once, or every `--every`
+seconds with `--watch`) and prints.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from vllmctl.commands import _options as options
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
-from vllmctl.runner import status as status_flow
-from vllmctl.runner.fleet import planned_inventory, select_hosts, served_plan
-from vllmctl.runner.gateway import gateway_view
-from vllmctl.runner.gateway_vip import ssh_vip_view, vip_line
-from vllmctl.runner.gpu_gate import gate_view
-from vllmctl.runner.out_records import with_holders
+from vllmctl.runner.fleet.hosts import planned_inventory, select_hosts, served_plan
+from vllmctl.runner.gateway.control import gateway_view
+from vllmctl.runner.releases.out_records import with_holders
+from vllmctl.runner.status import collect as status_flow
+from vllmctl.runner.status.gpu_gate import gate_view
+from vllmctl.runner.status.vip import ssh_vip_view, vip_line
 from vllmctl.status.model import ModelStatus
 from vllmctl.status.view import (
     drain_lines,

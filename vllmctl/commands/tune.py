@@ -1,6 +1,6 @@
 """`vllmctl tune INVENTORY MODEL --slo KEY=N`: try engine settings on one live replica with a fixed request
 shape, keep the one with the most goodput under the SLO, and propose it as an inventory diff
-(runner/tune.py); without --yes, only the plan: the replica, the planned settings and the ladders."""
+(runner/tune/sweep.py); without --yes, only the plan: the replica, the planned settings and the ladders."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from vllmctl.commands.bench import parse_levels, parse_slo
 from vllmctl.console import Ui
 from vllmctl.errors import EXIT_CHANGES, EXIT_FAILURE, EXIT_OK, InputError
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.tune import TuneOutcome, TuneRequest, tune
-from vllmctl.runner.tune_write import write_scope, write_tuned
+from vllmctl.runner.tune.sweep import TuneOutcome, TuneRequest, tune
+from vllmctl.runner.tune.write import write_scope, write_tuned
 from vllmctl.status.proposals import Proposal, engine_args_diff
 from vllmctl.tune.search import Trial, knobs_for, winner
 from vllmctl.tune.workload import parse_workload
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, ui: Ui) -> int:
 
 
 def _plan(request: TuneRequest, ui: Ui) -> int:
-    from vllmctl.runner.tune import Tuner
+    from vllmctl.runner.tune.sweep import Tuner
 
     with tempfile.TemporaryDirectory() as workdir:
         tuner = Tuner(request, ui.info, Path(workdir))

@@ -173,7 +173,8 @@ class ModelDeployment:
     engine: EngineSpec | None = None  # a per-model engine override; None means each host's engine
     engine_args: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)
-    min_available: int = 1  # replicas that keep serving while a rollout restarts another (runner/rollout.py)
+    # replicas that keep serving while a rollout restarts another (runner/releases/rollout.py)
+    min_available: int = 1
     max_unavailable: MaxUnavailable | None = None  # its hosts out at once; None: 1 (all for min_available 0)
     canary: CanarySpec = field(default_factory=CanarySpec)
     revision: str | None = None

@@ -1,4 +1,6 @@
-"""The runner: every flow with I/O (apply, releases, rollback, status), executing plans over a Remote."""
+"""The runner: every flow with I/O. `apply.py` and `rollback.py` are the flows the commands call; each
+sub-package is one flow's edge, paired with its pure package (`releases/`, `gateway/`, `multinode/`,
+`fanout/`, `tune/`, `status/`), over `fleet/` (what a run deploys) and `core/` (the executor)."""
 
 # Hosts worked on at once (`--forks`), chosen from benchmarks/fleet_apply.py: with one SSH connection per host
 # and no busy loops left, the controller's CPU per host is the same at any width, so only the number of

@@ -26,13 +26,16 @@ from vllmctl.releases.rollout import MaxFail
 from vllmctl.releases.waves import MaxUnavailable
 from vllmctl.runner import DEFAULT_FORKS, bookkeeping_timeout_s
 from vllmctl.runner.apply_hooks import gate_options, gates, keep_current_hook, release_hook
-from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
-from vllmctl.runner.engine_cuda import with_engine_cuda
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fact_cache import default_root as fact_cache_root
-from vllmctl.runner.fanout import fan_out_first
-from vllmctl.runner.fanout_record import record_fanout
-from vllmctl.runner.fleet import (
+from vllmctl.runner.core.audit import append_local_audit, local_audit_path, lock_owner
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.fact_cache import default_root as fact_cache_root
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.core.results import RunResult
+from vllmctl.runner.core.view import Progress
+from vllmctl.runner.fanout.folders import fan_out_first
+from vllmctl.runner.fanout.record import record_fanout
+from vllmctl.runner.fleet.engine_cuda import with_engine_cuda
+from vllmctl.runner.fleet.hosts import (
     cached_ssh_remote,
     deployment_plans,
     gather_fleet_facts,
@@ -46,19 +49,16 @@ from vllmctl.runner.fleet import (
     select_hosts,
     ssh_remote,
 )
-from vllmctl.runner.gateway import fleet_servers, gateway_plans, gateway_secrets, ssh_gateway
-from vllmctl.runner.orphans import heal_lines, heal_orphans
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.results import RunResult
-from vllmctl.runner.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
-from vllmctl.runner.view import Progress
-from vllmctl.runner.waves import planned_waves, ran_waves, with_max_unavailable
+from vllmctl.runner.gateway.control import fleet_servers, gateway_plans, gateway_secrets, ssh_gateway
+from vllmctl.runner.releases.orphans import heal_lines, heal_orphans
+from vllmctl.runner.releases.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
+from vllmctl.runner.releases.waves import planned_waves, ran_waves, with_max_unavailable
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import load_playbook, with_task_params
 
 if TYPE_CHECKING:  # imported where used: a run with no gate and no multi-node model never loads them
     from vllmctl.multinode.plan import ClusterPlan
-    from vllmctl.runner.apply_groups import GroupRun
+    from vllmctl.runner.multinode.apply_groups import GroupRun
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class ApplyOutcome:
     groups: list[GroupRun]
     gateway_gate: dict[str, Any] | None = None  # the gateway's verdict after a rollout changed hosts
     staging: list[FolderFanout] = field(default_factory=list)  # the host-to-host copies before the run
-    # the servers a dead run left out of service, put back before this run began (runner/orphans.py)
+    # the servers a dead run left out of service, put back before this run began (runner/releases/orphans.py)
     healed: list[dict[str, Any]] = field(default_factory=list)
     # the rollout's waves: planned (--check: "waves" and "held"), or as they ran (hosts, canary, start, end)
     waves: dict[str, Any] = field(default_factory=dict)
@@ -142,8 +142,8 @@ def deploy_groups(
 ) -> list[GroupRun]:
     """After the per-host run: each multi-node model as one group release (or, with --check, its plan);
     none once the rollout has stopped, and each failed group counts against --max-fail."""
-    from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups
-    from vllmctl.runner.cluster_release import GroupGateOptions
+    from vllmctl.runner.multinode.apply_groups import GroupApplyOptions, GroupRun, apply_groups
+    from vllmctl.runner.multinode.cluster_release import GroupGateOptions
 
     gate = GroupGateOptions(
         owner=lock_owner(started),
@@ -201,7 +201,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     plans = deployment_plans(inventory, hosts, gpus, archs=archs, resources=resources)
     clusters: Mapping[str, ClusterPlan] = {}
     if gates(playbook):  # only a gated playbook deploys multi-node models
-        from vllmctl.runner.apply_groups import group_plans
+        from vllmctl.runner.multinode.apply_groups import group_plans
 
         clusters = group_plans(inventory, gpus, archs, arch_failures)
     if not args.check and not confirm(len(hosts), playbook.name):
@@ -256,7 +256,7 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
             remotes = ssh_remote if args.fresh_facts else cached_ssh_remote(fact_cache_root(os.environ))
             result = run_playbook(playbook, contexts, remotes, opts, time.time, progress)
         if guard is not None and opts.after_host is not None and guard.canaries.worse:
-            from vllmctl.runner.canary_rollback import roll_back_canaries
+            from vllmctl.runner.releases.canary_rollback import roll_back_canaries
 
             gate = gate_options(args, inventory, started, keys)
             rolled = roll_back_canaries(guard, result, contexts, remotes, gate)
@@ -277,8 +277,8 @@ def apply(request: ApplyRequest, ui: Ui, confirm: Confirm) -> ApplyOutcome:
     verdict = None
     gateway_changed = guard is not None and guard.gateway is not None and result.changed
     if gateway_changed and opts.after_host is not None and not result.failed and not opts.stop.is_set():
-        from vllmctl.runner.engine_watch import smoke_bench
-        from vllmctl.runner.gateway_gate import gateway_gate
+        from vllmctl.runner.core.engine_watch import smoke_bench
+        from vllmctl.runner.gateway.gate import gateway_gate
 
         verdict = gateway_gate(inventory, keys, smoke_bench).to_json()
     if not args.check:

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vllmctl.bench.readiness import FLOOR_S
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.host import inventory_digest
-from vllmctl.runner.audit import lock_owner
-from vllmctl.runner.execute import AfterHeld, AfterHost
-from vllmctl.runner.remote import Remote
+from vllmctl.runner.core.audit import lock_owner
+from vllmctl.runner.core.execute import AfterHeld, AfterHost
+from vllmctl.runner.core.remote import Remote
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Playbook
 
 if TYPE_CHECKING:
-    from vllmctl.runner.release import GateOptions
+    from vllmctl.runner.releases.release import GateOptions
 
 
 class ApplyRequest(Protocol):
@@ -45,7 +45,7 @@ def gates(playbook: Playbook) -> bool:
 def gate_options(
     args: ApplyRequest, inventory: Inventory, started: str, keys: Mapping[str, str]
 ) -> GateOptions:
-    from vllmctl.runner.release import GateOptions
+    from vllmctl.runner.releases.release import GateOptions
 
     return GateOptions(
         owner=lock_owner(started),
@@ -61,7 +61,7 @@ def gate_options(
 def release_hook(
     args: ApplyRequest, inventory: Inventory, started: str, keys: Mapping[str, str]
 ) -> AfterHost:
-    from vllmctl.runner.release import gate_host
+    from vllmctl.runner.releases.release import gate_host
 
     opts = gate_options(args, inventory, started, keys)
 
@@ -74,6 +74,6 @@ def release_hook(
 
 
 def keep_current_hook(args: ApplyRequest) -> AfterHeld:
-    from vllmctl.runner.release import keep_current
+    from vllmctl.runner.releases.release import keep_current
 
     return lambda ctx, remote: keep_current(ctx, remote, args.bookkeeping_timeout)

@@ -9,52 +9,27 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllmctl.bench.readiness import HealthCheck
-from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group_history import GroupSelection
-from vllmctl.releases.host import HostReleases, rollback_target
+from vllmctl.releases.host import HostReleases
 from vllmctl.releases.rollback import HostChoice, HostUnits, choose
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner.cluster_release import GroupGateOptions
-from vllmctl.runner.engine_watch import wait_for_health
-from vllmctl.runner.fleet import fan_out, host_contexts, ssh_remote
-from vllmctl.runner.gateway import fleet_servers, ssh_gateway
-from vllmctl.runner.group_nodes import Connect, ssh_node
-from vllmctl.runner.group_rollback import group_plan, roll_back_groups, select
-from vllmctl.runner.history import RemoteFor, survey
-from vllmctl.runner.orphans import heal_lines, heal_orphans
-from vllmctl.runner.release import GateOptions, activate, audit_line, check_serving, read_releases
-from vllmctl.runner.remote import Remote
-from vllmctl.runner.rollout import DEFAULT_WAIT_S, EngineGuard, RolloutGuard, rollout_guard
-from vllmctl.runner.serving import Probe
+from vllmctl.runner.core.engine_guard import EngineGuard
+from vllmctl.runner.core.engine_watch import wait_for_health
+from vllmctl.runner.fleet.hosts import fan_out, host_contexts, ssh_remote
+from vllmctl.runner.gateway.control import fleet_servers, ssh_gateway
+from vllmctl.runner.multinode.cluster_release import GroupGateOptions
+from vllmctl.runner.multinode.group_nodes import Connect, ssh_node
+from vllmctl.runner.multinode.group_rollback import group_plan, roll_back_groups, select
+from vllmctl.runner.releases.history import RemoteFor, survey
+from vllmctl.runner.releases.orphans import heal_lines, heal_orphans
+from vllmctl.runner.releases.release import GateOptions, check_serving
+from vllmctl.runner.releases.rollback_host import HostRollback, roll_back_host
+from vllmctl.runner.releases.rollout import DEFAULT_WAIT_S, RolloutGuard, rollout_guard
+from vllmctl.runner.releases.serving import Probe
 from vllmctl.tasks.desired import HostContext
 
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class HostRollback:
-    host: str
-    ok: bool
-    from_id: str | None = None
-    to_id: str | None = None
-    seconds: float = 0.0  # rollback started → every endpoint healthy (or gave up)
-    reasons: tuple[str, ...] = ()
-    figures: dict[str, object] = field(default_factory=dict)
-    broke_lock: str = ""  # the owner of a stale lock (its run died on this controller) this run broke
-    noop: bool = False  # already on its release and serving: nothing stopped
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "from": self.from_id,
-            "to": self.to_id,
-            "seconds": round(self.seconds, 2),
-            "reasons": list(self.reasons),
-            "figures": self.figures,
-            "broke_lock": self.broke_lock or None,
-            "noop": self.noop,
-        }
 
 
 @dataclass(frozen=True)
@@ -91,33 +66,6 @@ class RollbackRun:
     def ok(self) -> bool:
         groups_ok = all(g.get("ok", True) for g in self.groups.values())
         return not self.problems and all(h.ok for h in self.hosts) and groups_ok
-
-
-def roll_back_host(
-    ctx: HostContext, remote: Remote, opts: GateOptions, to: str | None = None, break_lock: bool = False
-) -> HostRollback:
-    """Under the host lock: choose the target, stop → units from the release → start, wait for health."""
-    host = ctx.host.name
-    remote.begin({}, opts.owner, break_lock, opts.command_timeout_s)
-    broke = remote.stale_broken
-    audit: dict[str, object] = {"to": to}
-    try:
-        state = read_releases(remote, host, opts.command_timeout_s)
-        target = rollback_target(state, host, to)
-        assert target.manifest is not None
-        started = opts.clock()
-        verdict = activate(remote, ctx, target.manifest, opts)
-        elapsed = opts.clock() - started
-        outcome = HostRollback(
-            host, verdict.passed, state.current, target.id, elapsed, verdict.reasons, verdict.figures, broke
-        )
-        audit = outcome.to_json()
-        return outcome
-    except VllmctlError as exc:
-        audit["error"] = exc.message
-        raise
-    finally:
-        remote.finish(audit_line(opts.owner, "rollback", audit), True, opts.command_timeout_s)
 
 
 def roll_back_fleet(

@@ -1,5 +1,5 @@
 """One ModelStatus per engine process from what was gathered: host facts, the plan, the recorded KV and the
-metrics scrapes (pure; the scraping itself is runner/status.py)."""
+metrics scrapes (pure; the scraping itself is runner/status/collect.py)."""
 
 from __future__ import annotations
 

@@ -60,14 +60,14 @@ class HostContext:
     local_files: Mapping[str, Sequence[Mapping[str, Any]] | None] = field(default_factory=dict)
     # host -> model -> plan for every host a gateway balances over (apply fills it when there is a gateway)
     fleet_plans: Mapping[str, Mapping[str, ModelPlan]] = field(default_factory=dict)
-    # "<engine>-<version>" -> the CUDA its wheels name, read by runner/engine_cuda.py; absent: the table
+    # "<engine>-<version>" -> the CUDA its wheels name, read by runner/fleet/engine_cuda.py; absent: the table
     engine_cuda: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # folders a fan-out copies to this host before its run: `--check` plans no push of them
     fanned_out: frozenset[str] = frozenset()
 
     def models(self) -> list[ModelDeployment]:
         """The models this host serves on its own: a multi-node model is one engine over its group, brought
-        up as a group release after the per-host tasks (runner/apply_groups.py), never per host."""
+        up as a group release after the per-host tasks (runner/multinode/apply_groups.py), never per host."""
         return [m for m in self.staged_models() if m.cluster is None]
 
     def staged_models(self) -> list[ModelDeployment]:

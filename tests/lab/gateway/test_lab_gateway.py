@@ -88,7 +88,7 @@ def test_the_gateway_serves_through_both_replicas_and_a_converged_fleet_changes_
 
 def test_a_config_haproxy_refuses_is_never_switched_in(gateway: Gateway) -> None:
     from vllmctl.inventory import load_inventory
-    from vllmctl.runner.remote import SshRemote
+    from vllmctl.runner.core.remote import SshRemote
     from vllmctl.transport import SshTransport
 
     inventory = load_inventory(gateway.inventory("gw.yml"))

@@ -20,7 +20,7 @@ from vllmctl.inventory import load_inventory
 from vllmctl.lab.testing import LabFleet, LabHostInfo
 from vllmctl.multinode.plan import plan_cluster
 from vllmctl.releases.group import group_spec
-from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group
+from vllmctl.runner.multinode.cluster_release import GroupGateOptions, deploy_group
 
 pytestmark = pytest.mark.lab
 

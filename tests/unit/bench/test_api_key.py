@@ -17,7 +17,7 @@ from vllmctl.bench.report import LoadSpec
 from vllmctl.bench.smoke import benchmark_endpoint
 from vllmctl.cli import main
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.runner.releases.release import GateOptions, desired_manifest, gate_host, read_releases
 from vllmctl.tasks.desired import HostContext
 
 KEY = "sk-gate-7f3a$x"

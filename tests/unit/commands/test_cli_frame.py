@@ -80,8 +80,9 @@ def test_apply_loads_the_gate_and_group_modules_only_when_a_run_needs_them() -> 
 
     probe = (
         "import sys, vllmctl.commands.apply\n"
-        "print(' '.join(m for m in ('vllmctl.runner.apply_groups', 'vllmctl.runner.release',"
-        " 'vllmctl.runner.cluster_release', 'vllmctl.multinode.preflight', 'vllmctl.bench.smoke')"
+        "print(' '.join(m for m in ('vllmctl.runner.multinode.apply_groups',"
+        " 'vllmctl.runner.releases.release', 'vllmctl.runner.multinode.cluster_release',"
+        " 'vllmctl.multinode.preflight', 'vllmctl.bench.smoke')"
         " if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -15,7 +15,7 @@ from vllmctl.fanout import hub, scripts
 from vllmctl.inventory import load_inventory
 from vllmctl.lab.hubstandin import HubRepo, HubStandIn
 from vllmctl.render.quoting import QuotingError
-from vllmctl.runner.fanout_hub import hub_listing
+from vllmctl.runner.fanout.hub import hub_listing
 from vllmctl.tasks.desired import HostContext
 
 REPO = "org/tiny"

@@ -16,10 +16,10 @@ from vllmctl.gateway.runtime import NOT_SET_UP, set_state
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.ops import Command
 from vllmctl.paths import HAPROXY_FILES_DIR
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.gateway import GatewayControl, GatewayNotSetUp
-from vllmctl.runner.playbook_run import run_playbook
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.fleet.hosts import host_contexts
+from vllmctl.runner.gateway.control import GatewayControl, GatewayNotSetUp
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport import Result

@@ -11,8 +11,8 @@ from vllmctl.bench.report import EndpointReport
 from vllmctl.bench.stats import RequestResult, summarize
 from vllmctl.inventory.model import GatewaySpec, Inventory
 from vllmctl.runner.apply import ApplyOutcome
-from vllmctl.runner.gateway_gate import gateway_gate
-from vllmctl.runner.results import RunResult
+from vllmctl.runner.core.results import RunResult
+from vllmctl.runner.gateway.gate import gateway_gate
 
 
 def report(url: str, ttft_s: float = 0.05, failed: int = 0) -> EndpointReport:

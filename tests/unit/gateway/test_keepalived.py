@@ -28,7 +28,7 @@ from vllmctl.inventory.model import (
 )
 from vllmctl.paths import HAPROXY_ADMIN_SOCKET
 from vllmctl.render.quoting import QuotingError, keepalived_word
-from vllmctl.runner.gateway_vip import holds_vip, vip_command, vip_line, vip_view
+from vllmctl.runner.status.vip import holds_vip, vip_command, vip_line, vip_view
 
 ADDRESSES = (("a", "10.0.0.1"), ("gw1", "10.0.0.7"), ("gw2", "10.0.0.8"), ("gw3", "10.0.0.9"))
 

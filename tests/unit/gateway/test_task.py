@@ -9,7 +9,7 @@ import pytest
 
 from vllmctl.errors import InputError
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.gateway import gateway_secrets
+from vllmctl.runner.gateway.control import gateway_secrets
 from vllmctl.tasks import expand
 from vllmctl.tasks.desired import HostContext, ModelPlan, Replica
 from vllmctl.tasks.gateway import TLS_SECRET

@@ -13,7 +13,8 @@ import pytest
 from vllmctl.inventory.model import ClusterSpec, Inventory
 from vllmctl.releases.group import GroupManifest, GroupSpec, group_manifests
 from vllmctl.releases.host import HostReleases, Release
-from vllmctl.runner.apply_groups import (
+from vllmctl.runner.fleet.hosts import load_model_archs, planned_inventory
+from vllmctl.runner.multinode.apply_groups import (
     GroupApplyOptions,
     GroupRun,
     apply_groups,
@@ -21,8 +22,7 @@ from vllmctl.runner.apply_groups import (
     pending_changes,
     summary,
 )
-from vllmctl.runner.cluster_release import GroupGateOptions
-from vllmctl.runner.fleet import load_model_archs, planned_inventory
+from vllmctl.runner.multinode.cluster_release import GroupGateOptions
 from vllmctl.tasks.desired import HostContext
 
 Load = Callable[[str], Inventory]
@@ -119,8 +119,8 @@ def test_no_group_starts_once_the_rollout_stopped_and_a_failed_group_counts(
     load: Load, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from vllmctl.releases.rollout import MaxFail, RolloutLedger
-    from vllmctl.runner import apply_groups as module
-    from vllmctl.runner.rollout import RolloutGuard
+    from vllmctl.runner.multinode import apply_groups as module
+    from vllmctl.runner.releases.rollout import RolloutGuard
 
     inv = load(INVENTORY)
     plans = group_plans(inv, None, *load_model_archs(inv, online=False))
@@ -163,7 +163,7 @@ def test_a_model_whose_plan_needs_several_plain_list_hosts_becomes_a_group_named
 
 def test_a_group_rollback_does_not_start_once_the_rollout_stopped(load: Load) -> None:
     from vllmctl.releases.group_history import GroupNodes
-    from vllmctl.runner.group_rollback import roll_back_groups
+    from vllmctl.runner.multinode.group_rollback import roll_back_groups
 
     def no_node(name: str) -> object:
         raise AssertionError(f"{name} was connected to")

@@ -1,5 +1,5 @@
 """multinode/ is pure like planner/ and ops/: no SSH, processes, sockets, clock or printing; effects live in
-runner/cluster.py."""
+runner/multinode/cluster.py."""
 
 from __future__ import annotations
 

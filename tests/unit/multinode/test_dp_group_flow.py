@@ -17,12 +17,12 @@ from vllmctl.bench.readiness import HealthResult
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.preflight import NodeFacts, PreflightReport
 from vllmctl.releases.group import GroupSpec, group_spec
-from vllmctl.runner import apply_groups as apply_module
-from vllmctl.runner import cluster_flow
-from vllmctl.runner.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
-from vllmctl.runner.cluster_release import GroupGateOptions, GroupOutcome, deploy_group
-from vllmctl.runner.fleet import load_model_archs
-from vllmctl.runner.group_nodes import Nodes, read_states
+from vllmctl.runner.fleet.hosts import load_model_archs
+from vllmctl.runner.multinode import apply_groups as apply_module
+from vllmctl.runner.multinode import cluster_flow
+from vllmctl.runner.multinode.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
+from vllmctl.runner.multinode.cluster_release import GroupGateOptions, GroupOutcome, deploy_group
+from vllmctl.runner.multinode.group_nodes import Nodes, read_states
 from vllmctl.tasks.desired import venv_path
 
 Load = Callable[[str], Inventory]

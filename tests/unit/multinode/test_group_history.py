@@ -22,7 +22,7 @@ from vllmctl.releases.group import GroupManifest
 from vllmctl.releases.group_history import GroupNodes, group_history_rows, select_groups
 from vllmctl.releases.host import HostReleases, Release
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner import group_rollback
+from vllmctl.runner.multinode import group_rollback
 from vllmctl.tasks.desired import HostContext
 
 NODES = ("gpu-01", "gpu-02")

@@ -17,10 +17,10 @@ from ray_texts import ray_status
 from vllmctl.bench.health import HealthResult
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.releases.group import GroupSpec, group_manifests
-from vllmctl.runner.apply_groups import pending_changes
-from vllmctl.runner.cluster_release import GroupGateOptions, deploy_group
-from vllmctl.runner.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
-from vllmctl.runner.group_rollback import roll_back_group
+from vllmctl.runner.multinode.apply_groups import pending_changes
+from vllmctl.runner.multinode.cluster_release import GroupGateOptions, deploy_group
+from vllmctl.runner.multinode.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
+from vllmctl.runner.multinode.group_rollback import roll_back_group
 
 VENV = "/opt/vllmctl/venvs/vllm-0.11.0"
 NODES = ("gpu-01", "gpu-02")

@@ -27,7 +27,7 @@ from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.planner.settings import VllmSettings
 from vllmctl.planner.versions import parse_version
 from vllmctl.planner.vllm_memory import vllm_memory
-from vllmctl.runner.fleet import host_resources_from
+from vllmctl.runner.fleet.hosts import host_resources_from
 
 H100 = lookup_gpu("H100-80GB")
 L4 = lookup_gpu("L4")

@@ -16,8 +16,8 @@ from vllmctl.ops import Command
 from vllmctl.ops.release import create_release
 from vllmctl.releases.host import pointer_switch
 from vllmctl.releases.unit_exit import exited_units
-from vllmctl.runner.engine_watch import wait_for_health, watch_units
-from vllmctl.runner.release import desired_manifest, gate_host, read_releases, run_step
+from vllmctl.runner.core.engine_watch import wait_for_health, watch_units
+from vllmctl.runner.releases.release import desired_manifest, gate_host, read_releases, run_step
 from vllmctl.tasks.desired import HostContext
 
 

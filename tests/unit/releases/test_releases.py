@@ -27,7 +27,7 @@ from vllmctl.releases.host import (
     rollback_target,
     serving_digest,
 )
-from vllmctl.runner.history import history_rows
+from vllmctl.runner.releases.history import history_rows
 
 CASES = Path(__file__).parent / "cases"
 

@@ -13,11 +13,11 @@ from gate_flow import Clock, bench, health
 
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.releases.rollback import choose, left_current
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.history import read_units
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.release import GateOptions, gate_host, read_releases
-from vllmctl.runner.rollback import roll_back_host
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.releases.history import read_units
+from vllmctl.runner.releases.release import GateOptions, gate_host, read_releases
+from vllmctl.runner.releases.rollback_host import roll_back_host
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Phase, Playbook, TaskCall
 

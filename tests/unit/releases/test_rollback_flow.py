@@ -22,9 +22,9 @@ from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, Ssh
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest, ReleaseError
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner import history as history_flow
-from vllmctl.runner.release import GateOptions, read_releases
-from vllmctl.runner.rollback import roll_back_host
+from vllmctl.runner.releases import history as history_flow
+from vllmctl.runner.releases.release import GateOptions, read_releases
+from vllmctl.runner.releases.rollback_host import roll_back_host
 from vllmctl.tasks.desired import HostContext
 
 UNIT = "vllmctl-m-0.service"
@@ -221,7 +221,7 @@ def test_history_shows_a_held_lock_with_its_owner_and_age(
 
 
 def test_a_held_back_host_gets_its_serving_release_units_back_and_nothing_restarts(host: LocalRemote) -> None:
-    from vllmctl.runner.release import keep_current
+    from vllmctl.runner.releases.release import keep_current
 
     assert keep_current(_ctx(), host, 10) == "no release recorded yet"
     deploy(host, _release("r1", "--max-num-seqs 8"), passed=True)

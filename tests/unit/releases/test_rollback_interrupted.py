@@ -22,7 +22,7 @@ from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, Ssh
 from vllmctl.ops.release import activate_release, create_release, record_verdict
 from vllmctl.releases.host import Manifest
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner.release import read_releases
+from vllmctl.runner.releases.release import read_releases
 from vllmctl.runner.rollback import RollbackOptions
 from vllmctl.runner.rollback import rollback as rollback_flow
 

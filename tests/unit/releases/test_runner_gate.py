@@ -12,10 +12,10 @@ from local_remote import LocalRemote
 
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.release import gate_host, read_releases
-from vllmctl.runner.rollout import rollout_guard
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.releases.release import gate_host, read_releases
+from vllmctl.runner.releases.rollout import rollout_guard
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import Phase, Playbook
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, ModelDeployment, SshSettings
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
-from vllmctl.runner.rollback import roll_back_host
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.releases.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.runner.releases.rollback_host import roll_back_host
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.playbooks import Phase, Playbook, TaskCall
 

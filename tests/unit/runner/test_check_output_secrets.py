@@ -11,9 +11,9 @@ from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.ops import sha256_text
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.playbook_run import run_playbook
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.fleet.hosts import host_contexts
 from vllmctl.tasks.desired import HostContext, applied_hash, render_env
 from vllmctl.tasks.playbooks import parse_playbook
 

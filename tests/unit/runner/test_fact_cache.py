@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from vllmctl.facts.witness import SETTLE_S
-from vllmctl.runner.fact_cache import FactCache
-from vllmctl.runner.remote import HostLockedError, SshRemote
+from vllmctl.runner.core.fact_cache import FactCache
+from vllmctl.runner.core.remote import HostLockedError, SshRemote
 from vllmctl.transport import Result
 
 REQUESTS = {"paths": ("/etc/vllmctl/tiny.env", "/var/lib/vllmctl/state"), "users": ("root",), "applied": ()}

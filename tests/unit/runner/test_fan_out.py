@@ -10,8 +10,8 @@ import pytest
 
 from vllmctl.errors import TransportError
 from vllmctl.inventory import load_inventory
-from vllmctl.runner import fleet
-from vllmctl.runner.fleet import fan_out, host_contexts, on_each_host
+from vllmctl.runner.fleet import hosts as fleet
+from vllmctl.runner.fleet.hosts import fan_out, host_contexts, on_each_host
 
 
 def test_each_name_gets_its_answer_or_its_error_in_the_given_order() -> None:

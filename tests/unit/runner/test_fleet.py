@@ -11,8 +11,8 @@ from executor_builders import inventory
 
 from vllmctl.errors import InputError
 from vllmctl.inventory.model import SecretRef
-from vllmctl.runner.audit import append_local_audit, local_audit_path, lock_owner
-from vllmctl.runner.fleet import resolve_secrets
+from vllmctl.runner.core.audit import append_local_audit, local_audit_path, lock_owner
+from vllmctl.runner.fleet.hosts import resolve_secrets
 
 
 def test_secrets_come_from_env_or_file(tmp_path: Path) -> None:

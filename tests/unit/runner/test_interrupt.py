@@ -14,11 +14,11 @@ from fake_remote import FakeHost, FakeRemote
 
 from vllmctl import cli
 from vllmctl.ops import Action
-from vllmctl.runner import interrupt
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.results import RunResult
+from vllmctl.runner.core import interrupt
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.core.results import RunResult
+from vllmctl.runner.fleet.hosts import host_contexts
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport import Result

@@ -6,7 +6,7 @@ from executor_builders import inventory, model
 
 from vllmctl.catalog.adapters import AdapterConfig
 from vllmctl.inventory.model import AdapterSpec
-from vllmctl.runner.lora_plans import with_lora_choice
+from vllmctl.runner.fleet.lora_plans import with_lora_choice
 from vllmctl.tasks.desired import ModelPlan, Replica
 
 ADAPTERS = (AdapterSpec("a", "/srv/lora/a"), AdapterSpec("b", "org/b"))

@@ -18,11 +18,11 @@ from vllmctl.ops import Command
 from vllmctl.paths import AUDIT_LOG, out_record
 from vllmctl.releases.out_of_service import OutRecord
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
-from vllmctl.runner.audit import this_controller
-from vllmctl.runner.gateway import GatewayControl
-from vllmctl.runner.orphans import heal_lines, heal_orphans
-from vllmctl.runner.out_records import OutRecords
-from vllmctl.runner.rollout import RolloutGuard, rollout_guard
+from vllmctl.runner.core.audit import this_controller
+from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.releases.orphans import heal_lines, heal_orphans
+from vllmctl.runner.releases.out_records import OutRecords
+from vllmctl.runner.releases.rollout import RolloutGuard, rollout_guard
 from vllmctl.transport import Result
 
 HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status\n"

@@ -10,8 +10,8 @@ from vllmctl import cli
 from vllmctl.commands.apply import wave_lines
 from vllmctl.ops import Command, Step
 from vllmctl.releases.waves import MaxUnavailable
-from vllmctl.runner.results import HostResult, RunResult, StepResult
-from vllmctl.runner.waves import planned_waves, with_max_unavailable
+from vllmctl.runner.core.results import HostResult, RunResult, StepResult
+from vllmctl.runner.releases.waves import planned_waves, with_max_unavailable
 
 HOSTS = ["a", "b", "c", "d"]
 

@@ -9,7 +9,7 @@ from vllmctl.errors import TransportError
 from vllmctl.ops import Command
 from vllmctl.ops.engine_gone import EXIT_STALE
 from vllmctl.ops.reboot import RebootWhenStale
-from vllmctl.runner.reboot import REBOOTED, reboot_when_stale, wait_for_reboot
+from vllmctl.runner.core.reboot import REBOOTED, reboot_when_stale, wait_for_reboot
 from vllmctl.transport import Result
 
 CHECK = Command(argv=("python3", "/var/lib/vllmctl/bin/engine-gone.py", "30", "vllmctl-m-0.service"))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllmctl.runner.remote import HostLockedError, SshRemote
+from vllmctl.runner.core.remote import HostLockedError, SshRemote
 from vllmctl.transport import Result
 
 

@@ -19,12 +19,12 @@ from vllmctl.gateway.config import Server
 from vllmctl.inventory.model import GatewaySpec
 from vllmctl.ops import Command
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.gateway import GatewayControl
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.rollout import RolloutGuard, rollout_guard, serving_replicas
-from vllmctl.runner.view import show_failures
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.core.view import show_failures
+from vllmctl.runner.fleet.hosts import host_contexts
+from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.releases.rollout import RolloutGuard, rollout_guard, serving_replicas
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
 from vllmctl.transport import Result
@@ -233,7 +233,7 @@ def test_the_runner_stops_at_the_first_failed_release_and_leaves_the_other_host_
 def test_the_default_probe_is_the_gates_readiness_with_the_models_api_key(monkeypatch: Any) -> None:
     # another engine answering /health on the port does not serve this model: /v1/models must list it
     from vllmctl.bench import health
-    from vllmctl.runner.serving import health_probe
+    from vllmctl.runner.releases.serving import health_probe
 
     asked: list[tuple[str, str, str | None]] = []
 

@@ -12,10 +12,10 @@ from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica, may_take_out
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.rollout import RolloutGuard
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.fleet.hosts import host_contexts
+from vllmctl.runner.releases.rollout import RolloutGuard
 from vllmctl.tasks.playbooks import parse_playbook
 
 A = ServingReplica("tiny", "a", "http://10.0.0.1:8000", "http://10.0.0.1:8000", 8000)

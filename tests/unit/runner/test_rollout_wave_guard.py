@@ -14,9 +14,9 @@ from vllmctl.releases.canary import Canaries
 from vllmctl.releases.canary_check import EngineReading
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
 from vllmctl.releases.waves import MaxUnavailable, RolloutLimits
-from vllmctl.runner.canary_soak import SoakJudge
-from vllmctl.runner.gateway import GatewayControl
-from vllmctl.runner.rollout import RolloutGuard
+from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.releases.canary_soak import SoakJudge
+from vllmctl.runner.releases.rollout import RolloutGuard
 from vllmctl.transport import Result
 
 TINY = [ServingReplica("tiny", h, f"http://{h}:8000") for h in "abc"]
@@ -227,10 +227,10 @@ def test_a_canary_whose_engine_is_slower_to_its_first_token_holds_the_model_back
 
 
 def test_a_worse_canary_is_drained_rolled_back_readied_and_its_result_fails(monkeypatch: Any) -> None:
-    from vllmctl.runner import canary_rollback
-    from vllmctl.runner.release import GateOptions
-    from vllmctl.runner.results import HostResult, RunResult
-    from vllmctl.runner.rollback import HostRollback
+    from vllmctl.runner.core.results import HostResult, RunResult
+    from vllmctl.runner.releases import canary_rollback
+    from vllmctl.runner.releases.release import GateOptions
+    from vllmctl.runner.releases.rollback_host import HostRollback
 
     gw, now = CountingGateway(), [100.0]
     rollout = soaking(gw, now)

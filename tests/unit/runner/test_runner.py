@@ -10,10 +10,10 @@ from executor_builders import inventory, model
 from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.errors import InputError
-from vllmctl.runner.execute import RunOptions
-from vllmctl.runner.fleet import host_contexts, select_hosts
-from vllmctl.runner.playbook_run import batches, run_playbook
-from vllmctl.runner.results import RunResult
+from vllmctl.runner.core.execute import RunOptions
+from vllmctl.runner.core.playbook_run import batches, run_playbook
+from vllmctl.runner.core.results import RunResult
+from vllmctl.runner.fleet.hosts import host_contexts, select_hosts
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from vllmctl.facts.lock_owner import Controller, Owner, format_owner, is_stale, parse_owner
-from vllmctl.runner.audit import lock_owner, pid_alive, this_controller
-from vllmctl.runner.remote import HostLockedError, SshRemote, break_stale_script
+from vllmctl.runner.core.audit import lock_owner, pid_alive, this_controller
+from vllmctl.runner.core.remote import HostLockedError, SshRemote, break_stale_script
 from vllmctl.transport import Result
 
 HERE = Controller("ctl", "b1")

@@ -6,8 +6,8 @@ import io
 
 from vllmctl.console import Ui
 from vllmctl.ops import Command, Step
-from vllmctl.runner.results import HostResult, RunResult, StepResult
-from vllmctl.runner.view import Progress, show_failures, show_plan, show_recap
+from vllmctl.runner.core.results import HostResult, RunResult, StepResult
+from vllmctl.runner.core.view import Progress, show_failures, show_plan, show_recap
 
 
 def _ui() -> tuple[Ui, io.StringIO, io.StringIO]:

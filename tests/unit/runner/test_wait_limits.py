@@ -11,10 +11,10 @@ from fake_remote import FakeHost, FakeRemote
 
 from vllmctl.errors import VllmctlError
 from vllmctl.ops import Action
-from vllmctl.runner.execute import WAIT_MARGIN_S, RunOptions
-from vllmctl.runner.fleet import host_contexts
-from vllmctl.runner.playbook_run import run_playbook
-from vllmctl.runner.results import RunResult
+from vllmctl.runner.core.execute import WAIT_MARGIN_S, RunOptions
+from vllmctl.runner.core.playbook_run import run_playbook
+from vllmctl.runner.core.results import RunResult
+from vllmctl.runner.fleet.hosts import host_contexts
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import parse_playbook, with_task_params
 from vllmctl.transport import Result

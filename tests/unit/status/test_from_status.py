@@ -207,7 +207,7 @@ def test_the_changed_inventory_validates_and_differs_only_in_engine_args(tmp_pat
 def test_a_proposal_vllm_would_refuse_is_withdrawn_with_the_refusal(tmp_path: Path) -> None:
     from vllmctl.catalog.loader import load_archs
     from vllmctl.inventory.model import runs_on_cpu
-    from vllmctl.runner.refusals import vet_proposals
+    from vllmctl.runner.fleet.refusals import vet_proposals
 
     path = tmp_path / "inv.yml"
     path.write_text(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.gpu_gate import host_gate
+from vllmctl.runner.status.gpu_gate import host_gate
 from vllmctl.tasks.desired import HostContext
 
 FACTS = Path(__file__).parents[1] / "facts" / "gpu_health"
@@ -54,7 +54,7 @@ def test_each_host_gets_passed_refused_not_gated_or_unknown(tmp_path: Path) -> N
 
 
 def test_gate_view_gathers_the_gates_facts_once_per_host(tmp_path: Path, monkeypatch: Any) -> None:
-    from vllmctl.runner import gpu_gate
+    from vllmctl.runner.status import gpu_gate
 
     asked: list[tuple[str, ...]] = []
 

@@ -29,9 +29,9 @@ from vllmctl.releases.kv import (
     with_measured,
     with_predictions,
 )
-from vllmctl.runner.fleet import host_contexts, load_model_archs, model_plans
-from vllmctl.runner.kv import KvPredictor
-from vllmctl.runner.release import GateOptions, desired_manifest, gate_host, read_releases
+from vllmctl.runner.fleet.hosts import host_contexts, load_model_archs, model_plans
+from vllmctl.runner.fleet.kv import KvPredictor
+from vllmctl.runner.releases.release import GateOptions, desired_manifest, gate_host, read_releases
 from vllmctl.status.metrics import MeasuredKv
 from vllmctl.tasks.desired import HostContext
 

@@ -11,7 +11,7 @@ import pytest
 
 from vllmctl import cli
 from vllmctl.inventory import load_inventory
-from vllmctl.runner import status as status_flow
+from vllmctl.runner.status import collect as status_flow
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from vllmctl.commands import status as status_command
 from vllmctl.console import Ui
 from vllmctl.inventory import load_inventory
 from vllmctl.planner.inventory_plan import InventoryPlan
-from vllmctl.runner import status as status_flow
-from vllmctl.runner.status import scrape_all
+from vllmctl.runner.status import collect as status_flow
+from vllmctl.runner.status.collect import scrape_all
 from vllmctl.status.build import Scrape, build_statuses
 from vllmctl.status.metrics import parse_metrics
 

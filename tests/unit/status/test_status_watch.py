@@ -21,7 +21,7 @@ import pytest
 from vllmctl import cli
 from vllmctl.commands import status as status_command
 from vllmctl.console import Ui
-from vllmctl.runner import status as status_flow
+from vllmctl.runner.status import collect as status_flow
 from vllmctl.status.model import ModelStatus
 
 from .test_plan_from_status_command import _inventory, host_facts  # noqa: F401  (a fixture)

@@ -11,7 +11,7 @@ from executor_builders import inventory, model
 from vllmctl.errors import InvalidInputError, VllmctlError
 from vllmctl.inventory.model import EngineSpec, SecretRef
 from vllmctl.paths import STATE_DIR
-from vllmctl.runner.plan import plan_phase, playbook_requests
+from vllmctl.runner.core.plan import plan_phase, playbook_requests
 from vllmctl.tasks import expand
 from vllmctl.tasks.desired import HostContext, ModelPlan, Replica, render_unit
 from vllmctl.tasks.playbooks import load_playbook, parse_playbook

@@ -29,7 +29,7 @@ from vllmctl.inventory.model import (
 from vllmctl.ops import Command
 from vllmctl.ops import engine as engine_ops
 from vllmctl.ops.provision import PROVISION_OPERATIONS
-from vllmctl.runner.execute import _tail
+from vllmctl.runner.core.execute import _tail
 from vllmctl.tasks.desired import HostContext, render_env
 from vllmctl.tasks.provision import PROVISION_TASKS
 
@@ -191,7 +191,7 @@ def test_real_pip_or_uv_installs_with_the_credentials_and_no_argv_ever_holds_the
 def test_the_ssh_remote_sends_the_credentials_as_stdin() -> None:
     from types import SimpleNamespace
 
-    from vllmctl.runner.remote import SshRemote
+    from vllmctl.runner.core.remote import SshRemote
     from vllmctl.transport import Result
 
     calls: list[tuple[str, bytes | None]] = []

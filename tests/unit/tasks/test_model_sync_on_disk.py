@@ -12,7 +12,7 @@ from typing import Any
 from vllmctl.facts.disk import MODEL_MANIFESTS, manifest_command
 from vllmctl.ops import Command, Step, Upload
 from vllmctl.ops.model_stage import MODEL_SYNC, PushFile
-from vllmctl.runner.staging import local_manifest
+from vllmctl.runner.fleet.staging import local_manifest
 
 
 def _sync(source: Path, dest: Path, cache: Path) -> Step:

@@ -16,7 +16,7 @@ from vllmctl.inventory.model import (
     ModelDeployment,
     SshSettings,
 )
-from vllmctl.runner.staging import local_manifest
+from vllmctl.runner.fleet.staging import local_manifest
 from vllmctl.tasks.desired import HostContext
 from vllmctl.tasks.playbooks import load_playbook, with_task_params
 from vllmctl.tasks.provision import PROVISION_TASKS

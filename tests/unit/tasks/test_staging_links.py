@@ -11,7 +11,7 @@ import pytest
 
 from vllmctl.errors import InputError
 from vllmctl.facts.disk import MODEL_MANIFESTS, manifest_command
-from vllmctl.runner.staging import local_manifest, sha256_file
+from vllmctl.runner.fleet.staging import local_manifest, sha256_file
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.tune import Variants
+from vllmctl.runner.tune.sweep import Variants
 from vllmctl.tune.search import Trial, knobs_for, sweep
 
 INVENTORY = {
@@ -97,7 +97,7 @@ def test_a_model_with_no_other_replica_to_serve_meanwhile_is_not_tuned(tmp_path:
     import pytest
 
     from vllmctl.errors import InputError
-    from vllmctl.runner.tune import _chosen_host
+    from vllmctl.runner.tune.sweep import _chosen_host
 
     path = tmp_path / "fleet.yml"
     path.write_text(yaml.safe_dump(INVENTORY))
@@ -109,7 +109,7 @@ def test_a_model_with_no_other_replica_to_serve_meanwhile_is_not_tuned(tmp_path:
 
 
 def test_tensor_parallelism_is_a_knob_only_where_the_model_fits_several_ways(tmp_path: Path) -> None:
-    from vllmctl.runner.tune import Tuner, TuneRequest
+    from vllmctl.runner.tune.sweep import Tuner, TuneRequest
 
     def options(model: str, count: int) -> tuple[int, ...]:
         doc = {

@@ -9,7 +9,7 @@ import pytest
 from vllmctl.bench.prompts import shaped_prompts
 from vllmctl.bench.report import LoadSpec
 from vllmctl.errors import InputError
-from vllmctl.runner.tune_load import combine
+from vllmctl.runner.tune.load import combine
 from vllmctl.tune import workload
 from vllmctl.tune.workload import parse_workload
 

@@ -13,8 +13,8 @@ from vllmctl import cli
 from vllmctl.commands import tune as tune_command
 from vllmctl.errors import InputError
 from vllmctl.inventory import load_inventory
-from vllmctl.runner.tune import TuneOutcome, TuneRequest
-from vllmctl.runner.tune_write import check_write_scope, hardware
+from vllmctl.runner.tune.sweep import TuneOutcome, TuneRequest
+from vllmctl.runner.tune.write import check_write_scope, hardware
 from vllmctl.tune.search import Trial
 
 

@@ -15,7 +15,7 @@ from presets_fixtures import Load
 from vllmctl import cli
 from vllmctl.catalog.loader import load_arch
 from vllmctl.inventory.model import Inventory
-from vllmctl.runner.fleet import cpu_engine_plans, deployment_plans, host_contexts
+from vllmctl.runner.fleet.hosts import cpu_engine_plans, deployment_plans, host_contexts
 from vllmctl.tasks.desired import Replica, render_unit
 
 HEAD = """\
