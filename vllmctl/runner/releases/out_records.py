@@ -161,8 +161,8 @@ def ssh_connect(inventory: Inventory) -> Callable[[str], Remote]:
 
 
 def with_holders(inventory: Inventory, view: dict[str, dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """`view` (runner/gateway.gateway_view's) with each drained server's `holder`: the run that holds it
-    out, or none (its run died, or a person drained it)."""
+    """`view` (runner/gateway/control.gateway_view's) with each drained server's `holder`: the run that
+    holds it out, or none (its run died, or a person drained it)."""
     spec = inventory.gateway
     if spec is None or not view:
         return view
