@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from source_imports import imports_of
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vllmctl"
 PURE = [
@@ -34,24 +35,13 @@ def _modules(entry: str) -> list[Path]:
     return sorted(path.rglob("*.py")) if path.is_dir() else [path]
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
-
-
 def _root_names(names: set[str]) -> set[str]:
     return {name.split(".")[0] for name in names} | names
 
 
 def test_only_transport_imports_ssh_libraries() -> None:
     offenders = {
-        str(path.relative_to(PACKAGE)): sorted(SSH_LIBS & _root_names(_imports(path)))
+        str(path.relative_to(PACKAGE)): sorted(SSH_LIBS & _root_names(imports_of(path)))
         for path in PACKAGE.rglob("*.py")
         if path.parent != PACKAGE / "transport"
     }
@@ -65,7 +55,7 @@ PURE_FILES = [p for entry in PURE if (PACKAGE / entry).exists() for p in _module
 
 @pytest.mark.parametrize("path", PURE_FILES, ids=[str(p.relative_to(PACKAGE)) for p in PURE_FILES])
 def test_pure_modules_import_no_effects_and_do_not_print(path: Path) -> None:
-    names = _root_names(_imports(path))
+    names = _root_names(imports_of(path))
     assert sorted(BANNED_IN_PURE & names) == []
     tree = ast.parse(path.read_text())
     library = [node for node in tree.body if not _is_main_guard(node)]  # a `python -m` entry may print
@@ -159,7 +149,7 @@ def _import_graph() -> dict[str, set[str]]:
     modules = {_module_name(path) for path in PACKAGE.rglob("*.py")}
     # a package importing its own submodules is not a cycle
     return {
-        _module_name(path): (_imports(path) & modules) - {_module_name(path)}
+        _module_name(path): (imports_of(path) & modules) - {_module_name(path)}
         for path in PACKAGE.rglob("*.py")
     }
 

@@ -4,9 +4,10 @@ other)."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from source_imports import imports_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "vllmctl" / "runner"
@@ -37,17 +38,6 @@ def folder_of(module: str) -> str | None:
     return "" if (RUNNER / f"{parts[2]}.py").exists() else None  # else a name runner/__init__.py defines
 
 
-def imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
-
-
 def test_every_runner_folder_holds_exactly_the_modules_the_map_lists() -> None:
     rows = mapped()
     assert len(rows) >= 5, "the map's table was not found"
@@ -66,7 +56,7 @@ def test_runner_folders_import_only_folders_below_them_in_the_map() -> None:
         if not folder:
             continue  # the flows at the top may import any folder
         for path in (RUNNER / folder).glob("*.py"):
-            for name in imports(path):
+            for name in imports_of(path):
                 target = folder_of(name)
                 if target is None or target == folder or name == "vllmctl.runner":
                     continue
