@@ -48,6 +48,8 @@ HAPROXY_CANDIDATE = "/etc/haproxy/haproxy.cfg.vllmctl-candidate"  # `haproxy -c`
 HAPROXY_FILES_DIR = "/etc/haproxy/vllmctl"  # API keys to check (0600), TLS certificate and key
 HAPROXY_ADMIN_SOCKET = "/run/haproxy/admin.sock"  # the runtime API: drain, ready, show stat
 HAPROXY_STATE_FILE = "/var/lib/haproxy/vllmctl-server-state"  # drain/ready kept across a reload
+# held by a drain or ready and by the state dump + reload, so neither falls between the other's steps
+HAPROXY_STATE_LOCK = "/run/vllmctl-haproxy-state.lock"
 HAPROXY_UNIT = "haproxy.service"
 KEEPALIVED_CONFIG = "/etc/keepalived/keepalived.conf"
 KEEPALIVED_CANDIDATE = "/etc/keepalived/keepalived.conf.vllmctl-candidate"  # `keepalived -t` checks it first

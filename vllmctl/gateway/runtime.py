@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vllmctl.ops.base import Command
-from vllmctl.paths import HAPROXY_ADMIN_SOCKET, HAPROXY_FILES_DIR
+from vllmctl.paths import HAPROXY_ADMIN_SOCKET, HAPROXY_FILES_DIR, HAPROXY_STATE_LOCK
 from vllmctl.render.quoting import haproxy_word, shell_word
 
 # Printed instead of an answer on a host where vllmctl has not set HAProxy up (yet): a first apply's engine
@@ -16,20 +16,24 @@ from vllmctl.render.quoting import haproxy_word, shell_word
 NOT_SET_UP = "@@vllmctl-gateway-not-set-up"
 
 
-def runtime_command(commands: Iterable[str]) -> Command:
+def runtime_command(commands: Iterable[str], locked: bool = False) -> Command:
     """One admin-socket session running `commands` in order (HAProxy splits a line on `;`), or NOT_SET_UP
-    where vllmctl's gateway files or socat are not there yet (its packages go in before its files)."""
+    where vllmctl's gateway files or socat are not there yet (its packages go in before its files).
+    `locked`: under the state lock the config's reload holds (ops/gateway.py), so a state set never lands
+    between the dump of the servers' states and the reload that reads it back (it would be lost)."""
     line = "; ".join(commands)
     socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
     absent = f"[ -d {shell_word(HAPROXY_FILES_DIR)} ] && command -v socat >/dev/null"
     session = f"printf '%s\\n' {shell_word(line)} | socat -t 10 - {shell_word(socket)}"
+    if locked:
+        session = f"( flock -w 60 9 && {session} ) 9>{shell_word(HAPROXY_STATE_LOCK)}"
     return Command(shell=f"if {absent}; then {session}; else echo {NOT_SET_UP}; fi")
 
 
 def set_state(refs: Iterable[str], state: str) -> Command:
     """`state` is `drain` (no new requests; those in flight finish) or `ready`."""
     assert state in ("drain", "ready", "maint")
-    return runtime_command(f"set server {haproxy_word(ref)} state {state}" for ref in refs)
+    return runtime_command((f"set server {haproxy_word(ref)} state {state}" for ref in refs), locked=True)
 
 
 SHOW_STAT = runtime_command(["show stat"])

@@ -30,6 +30,7 @@ from vllmctl.paths import (
     HAPROXY_CONFIG,
     HAPROXY_FILES_DIR,
     HAPROXY_STATE_FILE,
+    HAPROXY_STATE_LOCK,
     HAPROXY_UNIT,
 )
 from vllmctl.render.quoting import shell_word
@@ -59,13 +60,16 @@ def _absent(facts: Facts) -> Step:
     return Step("gateway_config", HAPROXY_CONFIG, tuple(actions))
 
 
-def save_state() -> Command:
-    """Drained servers stay drained across the reload: the new worker reads their state from this file."""
+def reload_keeping_state() -> Command:
+    """Drained servers stay drained across the reload: the new worker reads their state from the file dumped
+    just before it. Both under the state lock a rollout's drain and ready take (gateway/runtime.py): a drain
+    set between the dump and the reload reached only the old worker and was lost with it."""
     socket = f"UNIX-CONNECT:{HAPROXY_ADMIN_SOCKET}"
     dump = (
         f"echo 'show servers state' | socat -t 10 - {shell_word(socket)} > {shell_word(HAPROXY_STATE_FILE)}"
     )
-    return Command(shell=f"if [ -S {shell_word(HAPROXY_ADMIN_SOCKET)} ]; then {dump}; fi; true")
+    steps = f"if [ -S {shell_word(HAPROXY_ADMIN_SOCKET)} ]; then {dump}; fi; systemctl reload {HAPROXY_UNIT}"
+    return Command(shell=f"( flock -w 60 9 && {{ {steps}; }} ) 9>{shell_word(HAPROXY_STATE_LOCK)}")
 
 
 def _plan(args: Args, facts: Facts) -> Step:
@@ -85,7 +89,7 @@ def _plan(args: Args, facts: Facts) -> Step:
     check = run("haproxy", "-c", "-q", "-f", HAPROXY_CANDIDATE)
     switch, change = checked_switch(HAPROXY_CONFIG, HAPROXY_CANDIDATE, content, current, check)
     actions += switch
-    reload = [save_state(), run("systemctl", "reload", HAPROXY_UNIT)] if actions else []
+    reload = [reload_keeping_state()] if actions else []
     actions += keep_running(HAPROXY_UNIT, unit, reload)
     if not actions:
         return noop("gateway_config", HAPROXY_CONFIG, "HAProxy runs the gateway's config")

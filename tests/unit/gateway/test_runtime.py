@@ -17,9 +17,10 @@ def stat_text(*rows: str) -> str:
 def test_commands_go_to_the_admin_socket_in_one_session() -> None:
     command = set_state(["tiny/a-8000", "tiny/a-8001"], "drain")
     assert command.render() == (
-        "if [ -d /etc/haproxy/vllmctl ] && command -v socat >/dev/null; then"
+        "if [ -d /etc/haproxy/vllmctl ] && command -v socat >/dev/null; then ( flock -w 60 9 &&"
         " printf '%s\\n' 'set server tiny/a-8000 state drain; set server tiny/a-8001 state drain'"
-        " | socat -t 10 - UNIX-CONNECT:/run/haproxy/admin.sock; else echo @@vllmctl-gateway-not-set-up; fi"
+        " | socat -t 10 - UNIX-CONNECT:/run/haproxy/admin.sock ) 9>/run/vllmctl-haproxy-state.lock;"
+        " else echo @@vllmctl-gateway-not-set-up; fi"
     )
     assert "'show stat'" in SHOW_STAT.render()
 
