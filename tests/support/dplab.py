@@ -50,9 +50,10 @@ def serve_with_data_parallel(ray_lab: RayLab) -> None:
         assert ("--headless" in unit) == (rank == 1), unit
         assert ("--data-parallel-start-rank 1" in unit) == (rank == 1), unit
         assert "--nnodes" not in unit, unit
-    # vLLM's own words: the head's engine core is DP rank 0 of 2, the worker's DP rank 1
-    assert "DP rank 0" in logs[head.name] or "dp_rank=0" in logs[head.name], logs[head.name][-3000:]
-    assert "DP rank 1" in logs[worker.name] or "dp_rank=1" in logs[worker.name], logs[worker.name][-3000:]
+    # vLLM names each engine core by its DP rank: rank 0 on the head, rank 1 on the worker
+    assert "(EngineCore_DP0 " in logs[head.name], logs[head.name][-3000:]
+    assert "(EngineCore_DP1 " in logs[worker.name], logs[worker.name][-3000:]
+    assert "(EngineCore_DP1 " not in logs[head.name], logs[head.name][-3000:]
     for _ in range(4):  # the head's API server balances over both ranks
         completes(ray_lab)
 
