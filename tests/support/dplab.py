@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from launcherlab import ENGINE_UNIT, REFUSAL, REFUSED_ARGS, apply, completes
+from launcherlab import ENGINE_UNIT, apply, completes, refused_rolls_both_back
 from raylab import GROUP, RayLab
 
 RPC_PORT = 29550  # vLLM's own default --data-parallel-rpc-port
@@ -57,18 +57,4 @@ def serve_with_data_parallel(ray_lab: RayLab) -> None:
     for _ in range(4):  # the head's API server balances over both ranks
         completes(ray_lab)
 
-    ray_lab.doc["models"]["tiny"]["engine_args"].update(REFUSED_ARGS)
-    code, doc, stderr = apply(ray_lab, "dp-refused.yml")
-    assert code == 1, stderr[-4000:]
-    group_doc = doc["groups"]["tiny"]
-    assert (group_doc["status"], group_doc["rolled_back_to"]) == ("rolled_back", first), group_doc
-    assert any(REFUSAL in reason for reason in group_doc["reasons"]), group_doc
-    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
-    completes(ray_lab)
-
-    for name in REFUSED_ARGS:
-        del ray_lab.doc["models"]["tiny"]["engine_args"][name]
-    code, doc, stderr = apply(ray_lab, "dp-again.yml", "--check")
-    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-3000:]
-    assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
-    assert all(h["recap"]["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
+    refused_rolls_both_back(ray_lab, first, "dp")

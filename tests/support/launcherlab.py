@@ -72,18 +72,24 @@ def serve_with_the_vllm_launcher(ray_lab: RayLab) -> None:
     assert (state["launcher"], state["formed"], state["engine"]) == ("vllm", True, "active"), state
     assert state["ray_units"] == {head.name: "active", worker.name: "active"}, state
 
-    ray_lab.doc["models"]["tiny"]["engine_args"].update(REFUSED_ARGS)
-    code, doc, stderr = apply(ray_lab, "refused.yml")
+    refused_rolls_both_back(ray_lab, first, "launcher")
+
+
+def refused_rolls_both_back(lab: RayLab, first: str, name: str) -> None:
+    """A release the engine refuses rolls both nodes back to `first`, which serves; `apply --check` of the
+    inventory that serves then changes nothing (inventories `<name>-refused.yml`, `<name>-again.yml`)."""
+    lab.doc["models"]["tiny"]["engine_args"].update(REFUSED_ARGS)
+    code, doc, stderr = apply(lab, f"{name}-refused.yml")
     assert code == 1, stderr[-4000:]
     group = doc["groups"]["tiny"]
     assert (group["status"], group["rolled_back_to"]) == ("rolled_back", first), group
     assert any(REFUSAL in reason for reason in group["reasons"]), group
-    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
-    completes(ray_lab)
+    assert lab.pointers() == {h.name: (first, first) for h in lab.hosts}
+    completes(lab)
 
-    for name in REFUSED_ARGS:
-        del ray_lab.doc["models"]["tiny"]["engine_args"][name]
-    code, doc, stderr = apply(ray_lab, "launcher-again.yml", "--check")
+    for key in REFUSED_ARGS:
+        del lab.doc["models"]["tiny"]["engine_args"][key]
+    code, doc, stderr = apply(lab, f"{name}-again.yml", "--check")
     assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-3000:]
     assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
     assert all(h["recap"]["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
