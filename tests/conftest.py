@@ -67,12 +67,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # largest units), so the other lab modules run on a fleet the deployment's modules never touched (they change
 # the spare hosts' driver packages; a dry run that spread modules over both workers failed five lab tests on
 # what an earlier module left); unit tests fill the gaps.
+# A lab module with a fleet of its own may name a group of its own (`XDIST_GROUP = "..."`): it goes to the
+# worker that finishes its first group first, which evens the two workers out (the first deploy, 600 s, made
+# the `lab` group the run's longest by that much: the dry run of 2026-12-03).
 DEPLOYMENT_GROUP, LAB_GROUP = "deployment", "lab"
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
     if not item.path.is_relative_to(LAB_TESTS):
         return None
+    own = getattr(getattr(item, "module", None), "XDIST_GROUP", None)
+    if isinstance(own, str):
+        return own
     return DEPLOYMENT_GROUP if "deployment" in getattr(item, "fixturenames", ()) else LAB_GROUP
 
 

@@ -28,6 +28,8 @@ from vllmctl.lab.testing import LabFleet, start_fleet, stop_fleet
 from vllmctl.paths import OUT_DIR, RELEASES_DIR
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
+# a fleet of its own, used by nothing else: a group of its own, for either worker (tests/conftest.py)
+XDIST_GROUP = "first-deploy"
 
 MODEL = "tiny"
 PORT = 8000
