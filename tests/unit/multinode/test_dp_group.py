@@ -1,18 +1,15 @@
 """Launcher data_parallel as a group release, pure: the units each node gets with balancing internal (the
 head's API server, the other nodes `--headless`), the manifests every node records, the group's status
-without Ray, and balancing external refused with its reason."""
+without Ray, and balancing external with an API server on every used node."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
-from vllmctl.errors import PlanError
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.group_ops import started_as
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
-from vllmctl.releases.group import group_manifests, group_spec
+from vllmctl.releases.group import api_servers, group_manifests, group_spec
 from vllmctl.status.group import cluster_state, node_state_script
 
 Load = Callable[[str], Inventory]
@@ -103,18 +100,19 @@ def test_every_node_records_the_same_release_with_the_data_parallel_layout(load:
     assert started_as(made["gpu-01"], "gpu-02", 1) == "headless, DP ranks 8-15"
 
 
-def test_balancing_external_is_refused_before_anything_is_written_with_its_reason(load: Load) -> None:
+def test_balancing_external_is_deployed_with_an_api_server_on_every_node(load: Load) -> None:
     inv, plan, engine = planned(load, EXTERNAL)
-    assert plan.data_parallel is not None and plan.data_parallel.mode == "hybrid"  # still planned
-    with pytest.raises(PlanError) as refused:
-        group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
-    assert refused.value.message == (
-        "group 'wide': launcher data_parallel with balancing external is planned (`vllmctl plan`) but not "
-        "deployed: the gateway does not list and drain one API server per node yet"
-    )
-    assert refused.value.hint == (
-        "use balancing: internal (one API server on the first node); see docs/multinode.md"
-    )
+    assert plan.data_parallel is not None and plan.data_parallel.mode == "hybrid"
+    spec = group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
+    made = group_manifests(spec, "2026-12-03T09:00:00+00:00", "ops@ctl", "d1")
+    for node in ("gpu-01", "gpu-02"):
+        start = exec_start(spec.units[node][ENGINE])
+        assert "--data-parallel-hybrid-lb" in start and "--headless" not in start, node
+        assert "--port 8000" in start, node
+    assert api_servers(made["gpu-01"]) == [("gpu-01", 8000), ("gpu-02", 8000)]  # gpu-03 is spare
+    internal = group_spec(*planned(load), ADDRESSES, start_engine=True)
+    head = group_manifests(internal, "2026-12-03T09:00:00+00:00", "ops@ctl", "d1")["gpu-01"]
+    assert api_servers(head) == [("gpu-01", 8000)]
 
 
 def test_the_group_status_counts_each_nodes_engine_unit_and_asks_no_ray(load: Load) -> None:
