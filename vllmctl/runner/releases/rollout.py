@@ -21,8 +21,8 @@ from vllmctl.releases.waves import RolloutLimits
 from vllmctl.runner.core.engine_guard import Waiting
 from vllmctl.runner.core.interrupt import STOP, reason
 from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.gateway.out_records import OutRecords, ssh_connect
 from vllmctl.runner.releases.canary_soak import SoakJudge, engine_reader
-from vllmctl.runner.releases.out_records import OutRecords, ssh_connect
 from vllmctl.runner.releases.serving import Probe, Serving, health_probe
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
@@ -247,7 +247,7 @@ def rollout_guard(
 ) -> RolloutGuard:
     """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`; with `owner`
     (the run's lock owner line) it keeps out-of-service records other runs read
-    (runner/releases/out_records.py)."""
+    (runner/gateway/out_records.py)."""
     known = inventory.hosts
 
     def url_of(replica: ServingReplica) -> str:
