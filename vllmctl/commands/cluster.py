@@ -24,10 +24,8 @@ from vllmctl.runner.core.audit import lock_owner
 from vllmctl.runner.fleet.hosts import api_keys
 from vllmctl.runner.multinode.cluster import cluster_status, run_preflight
 from vllmctl.runner.multinode.cluster_flow import bring_up, model_cluster
-from vllmctl.runner.multinode.cluster_release import (
-    GroupGateOptions,
-    GroupOutcome,
-)
+from vllmctl.runner.multinode.cluster_release import GroupOutcome
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_rollback import roll_back_group, rollback_plan
 from vllmctl.status.model import ClusterState
 
