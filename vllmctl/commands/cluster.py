@@ -95,6 +95,8 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
         if not own:
             ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
         ui.data(f"{status.engine_unit} on {status.head}: {status.engine}")
+        if len(status.api_servers) > 1:  # external data parallel: the gateway balances over these
+            ui.data(f"API servers: {', '.join(f'{h}:{p}' for h, p in status.api_servers.items())}")
         current = ", ".join(f"{host} {found}" for host, found in status.releases.items())
         known_good = ", ".join(f"{host} {found}" for host, found in status.known_good.items())
         ui.data(f"group releases: current: {current}; known-good: {known_good}")

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.group_ops import started_as
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.releases.group import api_servers, group_manifests, group_spec
-from vllmctl.status.group import cluster_state, node_state_script
+from vllmctl.runner.multinode.cluster import group_api_hosts
+from vllmctl.status.group import cluster_state, node_state_script, with_groups
+from vllmctl.status.model import ModelStatus
 
 Load = Callable[[str], Inventory]
 ADDRESSES = {"gpu-01": "192.168.50.1", "gpu-02": "192.168.50.2", "gpu-03": "192.168.50.3"}
@@ -128,3 +131,30 @@ def test_the_group_status_counts_each_nodes_engine_unit_and_asks_no_ray(load: Lo
     assert "engine unit on gpu-02 is failed" in state.problems() and state.summary().startswith("ranks 1/2")
     answers["gpu-02"] = "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\n"
     assert cluster_state(plan, answers).ray_ok  # type: ignore[arg-type]
+
+
+def test_status_has_an_entry_per_api_server_of_an_external_group_each_with_its_own_nodes_unit(
+    load: Load,
+) -> None:
+    inv, plan, _ = planned(load, EXTERNAL)
+    api = group_api_hosts(inv, ["dsv3"])
+    assert api == {"dsv3": ("gpu-01", "gpu-02")}  # gpu-03 is spare
+    assert group_api_hosts(planned(load)[0], ["dsv3"]) == {"dsv3": ("gpu-01",)}
+    found = endpoints_for(inv, ["gpu-03"], api_hosts=api)  # any host of the group lists the group
+    assert [(e.host, e.base_url) for e in found] == [
+        ("gpu-01", "http://10.0.0.11:8000"),
+        ("gpu-02", "http://10.0.0.12:8000"),
+    ]
+    assert [e.host for e in endpoints_for(inv, ["gpu-03"])] == ["gpu-01"]  # not told: the head alone
+    answers: dict[str, str | Exception] = {
+        "gpu-01": "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\nengine_unit=active\n",
+        "gpu-02": "ray_unit=failed\nrelease=releases/R1\nknown_good=releases/R1\n",
+    }
+    state = cluster_state(plan, answers, 8000)  # type: ignore[arg-type]
+    assert state.to_json()["api_servers"] == {"gpu-01": 8000, "gpu-02": 8000}
+    entries = [ModelStatus(node, "dsv3", 8000) for node in ("gpu-01", "gpu-02")]
+    shown = with_groups(entries, {"dsv3": state})
+    assert [(s.host, s.service_state, s.release) for s in shown] == [
+        ("gpu-01", "active", "R1"),
+        ("gpu-02", "failed", "R1"),
+    ]
