@@ -19,6 +19,7 @@ from local_remote import LocalRemote
 
 from vllmctl.bench.readiness import HealthResult
 from vllmctl.facts.lock_owner import Owner, format_owner
+from vllmctl.gateway.runtime import NOT_SET_UP
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.preflight import NodeFacts
 from vllmctl.ops import Command
@@ -362,3 +363,21 @@ def test_check_names_the_drains_and_after_the_release_a_second_run_changes_nothi
     sent = len(gateway.sent)
     again = deploy(inventory(load), options(hosts, gateway, keeper, 2, []))
     assert (again.status, again.gateway, len(gateway.sent)) == ("unchanged", (), sent)
+
+
+class NotSetUp(Gateway):
+    """A gateway host whose HAProxy a first apply has not set up yet: the runtime API's command says so."""
+
+    def execute(self, action: Any, timeout: float) -> Result:
+        self.sent.append(action.render())
+        return Result(f"{NOT_SET_UP}\n", "", 0)
+
+
+def test_a_gateway_host_not_set_up_yet_is_passed_over(
+    tmp_path: Path, load: Load, hosts: dict[str, LocalRemote], keeper: Keeper
+) -> None:
+    gateway = NotSetUp(hosts, keeper, tmp_path / "order")
+    first = deploy(inventory(load), options(hosts, gateway, keeper, 1, []))
+    assert first.status == "passed" and events(first) == BOTH_OUT_AND_BACK, first
+    assert all(event["not_set_up"] == ["gpu-03"] for event in first.gateway)
+    assert records(keeper) == {}  # held while out, removed once set ready (there is nothing to route)
