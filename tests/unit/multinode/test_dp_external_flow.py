@@ -65,6 +65,8 @@ models:
     max_model_len: 8192
     engine: {name: vllm, version: "0.32.0"}
     engine_args: {max_num_seqs: SEQS}
+GATEWAY"""
+GATEWAY = """\
 gateway:
   hosts: gpu-03
   models: {dsv3: {port: 9100}}
@@ -81,8 +83,9 @@ DEAD_PID = 999_999_999  # beyond any pid_max
 ME, DEAD = owner(os.getpid()), owner(DEAD_PID)
 
 
-def inventory(load: Load, seqs: int = 8) -> Inventory:
-    return load(INVENTORY.replace("SEQS", str(seqs)))
+def inventory(load: Load, seqs: int = 8, balancing: str = "external") -> Inventory:
+    text = INVENTORY.replace("SEQS", str(seqs)).replace("balancing: external", f"balancing: {balancing}")
+    return load(text.replace("GATEWAY", GATEWAY if balancing == "external" else ""))
 
 
 class Gateway:
@@ -116,7 +119,10 @@ class Gateway:
         node = ref.split("/")[1].rsplit("-", 1)[0]
         if self.states[ref] == "drain":
             return "DRAIN"
-        return "UP" if (self.hosts[node].root / "active" / ENGINE).exists() else "DOWN"
+        remote = self.hosts[node]
+        unit = remote.local(f"/etc/systemd/system/{ENGINE}")
+        api = unit.exists() and "--headless" not in unit.read_text()  # a headless node has no API server
+        return "UP" if api and (remote.root / "active" / ENGINE).exists() else "DOWN"
 
     def close(self) -> None:
         pass
@@ -232,6 +238,8 @@ def test_every_nodes_server_is_drained_before_any_engine_stops_gated_and_set_rea
     assert events(first) == BOTH_OUT_AND_BACK
     assert gateway.states == {ref: "ready" for ref in REFS} and records(keeper) == {}
     assert first.to_json()["gateway"] == list(first.gateway)
+    last_ready = max(i for i, sent in enumerate(gateway.sent) if "state ready" in sent)
+    assert any("show stat" in sent for sent in gateway.sent[last_ready:])  # waited for UP: it serves
 
     second = deploy(inventory(load, 16), options(hosts, gateway, keeper, 2, asked))
     assert second.status == "passed", second
@@ -381,3 +389,21 @@ def test_a_gateway_host_not_set_up_yet_is_passed_over(
     assert first.status == "passed" and events(first) == BOTH_OUT_AND_BACK, first
     assert all(event["not_set_up"] == ["gpu-03"] for event in first.gateway)
     assert records(keeper) == {}  # held while out, removed once set ready (there is nothing to route)
+
+
+def test_rolled_back_to_an_internal_release_the_node_without_an_api_server_is_set_ready_unwaited(
+    load: Load, hosts: dict[str, LocalRemote], gateway: Gateway, keeper: Keeper
+) -> None:
+    """The group went external from internal (the head's API server alone, gpu-02 headless) and the new
+    release failed: once the internal release serves again, gpu-02's server is set ready but not waited
+    for (HAProxy's checks keep it out: nothing listens there), and no record is left for it."""
+    internal = deploy(inventory(load, balancing="internal"), options(hosts, gateway, keeper, 1, []))
+    assert internal.status == "passed" and internal.gateway == ()  # not behind the gateway then
+    bad = deploy(inventory(load, 99), options(hosts, gateway, keeper, 2, []))
+    assert (bad.status, bad.rolled_back_to) == ("rolled_back", internal.release), bad
+    assert not any("UP in time" in reason for reason in bad.reasons)
+    assert events(bad) == BOTH_OUT_AND_BACK
+    assert [e["pending"] for e in bad.gateway[2:]] == [{}, {}]
+    last_ready = max(i for i, sent in enumerate(gateway.sent) if "state ready" in sent)
+    assert not any("show stat" in sent for sent in gateway.sent[last_ready:])  # gpu-02's: not waited for
+    assert gateway._status(REFS[1]) == "DOWN" and records(keeper) == {}

@@ -101,6 +101,8 @@ def deploy_group(
                 nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
             if verdict.passed:
                 log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
+                if drain is not None:
+                    drain.serves(group_servers(inv, spec.model, api_servers(wanted[spec.head])))
                 if starts_engine and env.now is not None:
                     nodes.step(spec.head, env_record_step(spec.group, env.now))
                 pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
@@ -185,10 +187,13 @@ def reactivate(
     API servers out of rotation first, those not out already; its caller puts them back."""
     log(f"rolling group {group} back to {target} on {', '.join(nodes.names)}")
     manifests = manifests_of(states, target)
+    servers = group_servers(inv, model, api_servers(manifests[nodes.names[0]]))
     if drain is not None:
-        drain.take_out(group_servers(inv, model, api_servers(manifests[nodes.names[0]])), log)
+        drain.take_out(servers, log)
     installed = read_units(nodes, group_units(group, model, nodes.names))
     back, ray = activate_and_check(nodes, manifests, installed, opts, log, bench=False)
+    if back.passed and drain is not None:
+        drain.serves(servers)
     if back.passed:  # as on a host: the release that serves again is the one a later failure returns to
         for node in nodes.names:
             nodes.step(node, pointer_step(group, "known-good", target))

@@ -37,6 +37,7 @@ class GroupGateway:
     control: GatewayControl
     records: OutRecords | None
     out: list[Server] = field(default_factory=list)
+    serving: set[str] = field(default_factory=set)  # refs the release decided on serves (set by its gate)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -61,18 +62,27 @@ class GroupGateway:
             self.control.drain(host)
             log(f"{host}: {_said(self.control.host_events(host)[-1])}")
 
+    def serves(self, servers: Sequence[Server]) -> None:
+        """The release that passed its gate (or served again after a rollback) runs these API servers."""
+        self.serving = {s.ref for s in servers}
+
     def put_back(self, log: Log) -> list[str]:
-        """Every server taken out set ready, whatever the gate decided (one that does not serve stays out by
-        HAProxy's checks); the refs that did not come UP, whose records stay for the next run to heal."""
+        """Every server taken out set ready, whatever the gate decided, and waited for UP where the release
+        that runs now serves it (a server it does not run stays out by HAProxy's checks); the records of
+        those set ready (and UP where waited for) removed. Returns the refs not seen UP, whose records stay
+        for the next run to heal."""
         lost: list[str] = []
         for host in dict.fromkeys(s.host for s in self.out):
             mine = [s for s in self.out if s.host == host]
-            if self.control.ready(host):
-                if self.records is not None:
-                    owner = self.records.owner
-                    self.records.remove([OutRecord(self.model, s.name, owner) for s in mine])
-            else:
-                lost += [s.ref for s in mine]
+            waited = [s.ref for s in mine if s.ref in self.serving]
+            said = [s.ref for s in mine if s.ref not in self.serving]
+            done = not said or self.control.ready_servers(host, said, wait=False)
+            if waited and not self.control.ready_servers(host, waited):
+                lost += waited
+                done = False
+            if done and self.records is not None:
+                owner = self.records.owner
+                self.records.remove([OutRecord(self.model, s.name, owner) for s in mine])
             log(f"{host}: {_said(self.control.host_events(host)[-1])}")
         self.out = []
         return lost
