@@ -177,7 +177,7 @@ class GatewayControl:
                 # HAProxy takes the server's saved state (drain, from before its host's restart) with it
                 routing = tuple(self._say(refs, "ready", not_set_up))
                 if not wait:
-                    waited = {"pending": {}}
+                    waited: dict[str, Any] = {"pending": {}}
                     break
                 left = limit - (self.clock() - started)
                 waited = self._wait(refs, _up, min(left, READY_AGAIN_S), routing)
