@@ -92,17 +92,17 @@ def deploy_group(
         nodes.each(lambda node: nodes.step(node, create_group_release(wanted[node], states[node])))
         log(f"group release {release} recorded on {', '.join(spec.nodes)}")
         drain = out_of_rotation(inv, spec.model, opts)
-        outcome: GroupOutcome | None = None
+        servers = group_servers(inv, spec.model, api_servers(wanted[spec.head]))
         try:
             if drain is not None:  # before any node's engine stops: a rank that goes takes its node's API
-                drain.take_out(group_servers(inv, spec.model, api_servers(wanted[spec.head])), log)
+                drain.take_out(servers, log)
             verdict, ray = activate_and_check(nodes, wanted, installed, opts, log, bench=True)
             for node in spec.nodes:
                 nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
             if verdict.passed:
                 log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
                 if drain is not None:
-                    drain.serves(group_servers(inv, spec.model, api_servers(wanted[spec.head])))
+                    drain.serves(servers)
                 if starts_engine and env.now is not None:
                     nodes.step(spec.head, env_record_step(spec.group, env.now))
                 pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)

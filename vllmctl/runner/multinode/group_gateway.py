@@ -31,13 +31,14 @@ class GatewayAccess:
 @dataclass
 class GroupGateway:
     """One group release's servers in the gateway: `take_out` claims their records and drains them,
-    `put_back` sets every one ready, waits for UP and removes the records of those that came up."""
+    `serves` names those the release that runs after the verdict serves, `put_back` sets every one ready
+    (waiting for UP on those) and removes their records."""
 
     model: str
     control: GatewayControl
     records: OutRecords | None
     out: list[Server] = field(default_factory=list)
-    serving: set[str] = field(default_factory=set)  # refs the release decided on serves (set by its gate)
+    serving: set[str] = field(default_factory=set)  # refs the release running after the verdict serves
 
     @property
     def events(self) -> list[dict[str, Any]]:
