@@ -71,9 +71,10 @@ DEAD_PID = 999_999_999  # beyond any pid_max
 ME, DEAD = owner(os.getpid()), owner(DEAD_PID)
 
 
-def inventory(load: Load, seqs: int = 8, balancing: str = "external") -> Inventory:
+def inventory(load: Load, seqs: int = 8, balancing: str = "external", gateway: bool = True) -> Inventory:
+    """The group with `balancing`; behind the gateway when external and `gateway`."""
     text = INVENTORY.replace("SEQS", str(seqs)).replace("balancing: external", f"balancing: {balancing}")
-    return load(text.replace("GATEWAY", GATEWAY if balancing == "external" else ""))
+    return load(text.replace("GATEWAY", GATEWAY if balancing == "external" and gateway else ""))
 
 
 class Gateway:

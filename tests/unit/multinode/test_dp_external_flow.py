@@ -242,3 +242,12 @@ def test_rolled_back_to_an_internal_release_the_node_without_an_api_server_is_se
     last_ready = max(i for i, sent in enumerate(gateway.sent) if "state ready" in sent)
     assert not any("show stat" in sent for sent in gateway.sent[last_ready:])  # gpu-02's: not waited for
     assert gateway._status(REFS[1]) == "DOWN" and records(keeper) == {}
+
+
+def test_without_the_gateway_each_node_serves_its_own_api_and_nothing_is_drained(
+    load: Load, hosts: dict[str, LocalRemote], gateway: Gateway, keeper: Keeper
+) -> None:
+    asked: list[str] = []
+    alone = deploy(inventory(load, gateway=False), options(hosts, gateway, keeper, 1, asked))
+    assert (alone.status, alone.gateway, gateway.sent) == ("passed", (), []), alone
+    assert asked == [URLS["gpu-01"], URLS["gpu-02"]]  # still gated on every node's API server
