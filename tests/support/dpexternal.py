@@ -83,6 +83,10 @@ def external_behind_the_gateway(lab: RayLab, first: str) -> None:
     assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
     state = "systemctl is-active haproxy || true; test -e /etc/haproxy/vllmctl && echo kept || echo gone"
     assert lab.sh(lab.hosts[0], f"sudo sh -c {shlex.quote(state)}").split() == ["inactive", "gone"]
+    code, doc, stderr = apply(lab, "dp-again.yml", "--check")
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-3000:]
+    assert doc["groups"]["tiny"]["status"] == "unchanged", doc["groups"]
+    assert all(h["recap"]["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
 
 
 def _released_and_rolled_back(lab: RayLab, first: str) -> None:
