@@ -128,6 +128,7 @@ def formed_group(head: str, worker: str, release: str) -> dict[str, object]:
         "engine": "inactive",
         "releases": {head: release, worker: release},
         "known_good": {head: release, worker: release},
+        "api_servers": {head: 8000},  # the head's, once the engine runs there
         "ok": True,
     }
 
