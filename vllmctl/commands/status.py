@@ -19,7 +19,7 @@ from vllmctl.errors import EXIT_FAILURE, EXIT_OK
 from vllmctl.inventory import load_inventory
 from vllmctl.runner.fleet.hosts import planned_inventory, select_hosts, served_plan
 from vllmctl.runner.gateway.control import gateway_view
-from vllmctl.runner.releases.out_records import with_holders
+from vllmctl.runner.gateway.out_records import with_holders
 from vllmctl.runner.status import collect as status_flow
 from vllmctl.runner.status.gpu_gate import gate_view
 from vllmctl.runner.status.vip import ssh_vip_view, vip_line

@@ -1,6 +1,7 @@
-"""The `gateway:` checks the schema cannot express: its hosts and models exist, every value that reaches
-haproxy.cfg has a safe spelling there, its ports clash with nothing on its hosts, an API key it checks
-exists, a virtual IP is usable, and (on the controller) its TLS files are there and the key is private."""
+"""The `gateway:` checks the schema cannot express: its hosts and models exist (a multi-node model only with
+an API server per node), every value that reaches haproxy.cfg has a safe spelling there, its ports clash with
+nothing on its hosts, an API key it checks exists, a virtual IP is usable, and (on the controller) its TLS
+files are there and the key is private."""
 
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ def check_gateway(checker: Checker) -> None:
         if name not in models:
             hint = did_you_mean(name, set(models)) or "add it under `models:` or remove it here"
             checker.add(("gateway", "models", name), f"gateway model '{name}' is not a model", hint, True)
-        elif name in checker.resolved.model_clusters:
-            hint = "serve it without the gateway for now (docs/gateway.md)"
-            message = f"gateway model '{name}' is a multi-node model: one engine, nothing to balance"
+        elif name in checker.resolved.model_clusters and not _external_dp(checker, name):
+            group = checker.resolved.model_clusters[name]
+            hint = (
+                "only a group with `launcher: data_parallel` and `data_parallel: {balancing: external}` "
+                f"runs an API server per node for the gateway to balance; serve '{name}' without the "
+                f"gateway, or give group '{group}' external data parallel (docs/multinode.md)"
+            )
+            message = f"gateway model '{name}' is a multi-node model with one API server: nothing to balance"
             checker.add(("gateway", "models", name), message, hint, True)
         elif gateway.get("check_api_key") and not _api_key(models[name]):
             hint = "give the model `engine_args: {api_key: {secret: NAME}}`, or set check_api_key: false"
@@ -38,6 +44,14 @@ def check_gateway(checker: Checker) -> None:
         _vip(checker, gateway, hosts)
     if checker.files is not None:
         _tls_files(checker, mapping(gateway.get("tls")))
+
+
+def _external_dp(checker: Checker, model: str) -> bool:
+    """The model's multi_node group runs an API server on every node (launcher data_parallel, external
+    balancing): the one kind of multi-node model the gateway balances over."""
+    group = mapping(mapping(checker.data.get("groups")).get(checker.resolved.model_clusters[model]))
+    balancing = mapping(group.get("data_parallel")).get("balancing")
+    return group.get("launcher") == "data_parallel" and balancing == "external"
 
 
 def _api_key(model: Any) -> bool:

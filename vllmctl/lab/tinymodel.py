@@ -128,12 +128,15 @@ def weight_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def tiny_weights(config: dict[str, Any], seed: int = SEED) -> dict[str, np.ndarray]:
-    """Random-normal weights (norms at one) from a fixed seed, in a fixed name order."""
+def tiny_weights(
+    config: dict[str, Any], seed: int = SEED, shapes: dict[str, tuple[int, ...]] | None = None
+) -> dict[str, np.ndarray]:
+    """Random-normal weights (norms at one) from a fixed seed, in a fixed name order (`shapes`: another
+    architecture's, else the tiny Llama's)."""
     rng = np.random.default_rng(seed)
     std = float(config["initializer_range"])
     weights: dict[str, np.ndarray] = {}
-    for name, shape in sorted(weight_shapes(config).items()):
+    for name, shape in sorted((shapes or weight_shapes(config)).items()):
         if name.endswith("norm.weight"):
             weights[name] = np.ones(shape, dtype=np.float32)
         else:
@@ -183,12 +186,13 @@ def generation_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def content_key() -> str:
-    """A hash of every input to the build, naming the cache entry; same inputs → same directory."""
+def content_key(config: dict[str, Any] | None = None) -> str:
+    """A hash of every input to the build (`config`: a variant's), naming the cache entry; same inputs →
+    same directory."""
     inputs = {
         "format": FORMAT_VERSION,
         "seed": SEED,
-        "config": tiny_config(),
+        "config": config or tiny_config(),
         "corpus": tiny_corpus(),
         "tokenizer_config": tokenizer_config(),
     }
@@ -204,12 +208,16 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
-def write_tiny_model(target: Path) -> None:
-    """Write every file of the tiny model into the existing, empty directory `target`."""
-    config = tiny_config()
+def write_tiny_model(
+    target: Path, config: dict[str, Any] | None = None, weights: dict[str, np.ndarray] | None = None
+) -> None:
+    """Write every file of the tiny model (or another `config` with its `weights`, the same tokenizer) into
+    the existing, empty directory `target`."""
+    config = config or tiny_config()
     _write_json(target / "config.json", config)
     _write_json(target / "generation_config.json", generation_config(config))
-    save_file(tiny_weights(config), str(target / WEIGHTS_FILE), metadata={"format": "pt"})
+    found = weights if weights is not None else tiny_weights(config)
+    save_file(found, str(target / WEIGHTS_FILE), metadata={"format": "pt"})
     tokenizer = train_tokenizer(tiny_corpus())
     (target / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n")
     _write_json(target / "tokenizer_config.json", tokenizer_config())

@@ -53,6 +53,12 @@ class ClusterPlan:
     def workers(self) -> tuple[str, ...]:
         return self.hosts[1:]
 
+    @property
+    def api_hosts(self) -> tuple[str, ...]:
+        """The nodes that run an API server: every used node in vLLM's hybrid and external data-parallel
+        modes, else the head alone."""
+        return self.data_parallel.api_hosts if self.data_parallel is not None else self.hosts[:1]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,

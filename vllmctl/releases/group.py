@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllmctl.errors import PlanError
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.dp_units import render_dp_node_unit
 from vllmctl.multinode.plan import ClusterPlan
@@ -91,13 +90,6 @@ def group_spec(
     is started. Launchers vllm and data_parallel: the engine unit on every used node (`start_engine` False:
     nothing to run)."""
     cluster, gpus, dp = plan.cluster, int(plan.plan.gpu_count), plan.data_parallel
-    if dp is not None and dp.balancing == "external":
-        # an API server per node only serves once the gateway lists and drains each node's server
-        raise PlanError(
-            f"group '{cluster.group}': launcher data_parallel with balancing external is planned (`vllmctl "
-            "plan`) but not deployed: the gateway does not list and drain one API server per node yet",
-            "use balancing: internal (one API server on the first node); see docs/multinode.md",
-        )
     envs = {host: inv.hosts[host].vars.get("env", {}) for host in plan.hosts}
     model = inv.models[plan.model]
     own = cluster.ray_free
@@ -179,6 +171,15 @@ def group_manifests(
         )
         for node in spec.nodes
     }
+
+
+def api_servers(head: GroupManifest) -> list[tuple[str, int]]:
+    """(node, port) of each API server the release runs, from the head's manifest: every node's in vLLM's
+    hybrid and external data-parallel modes (balancing external), else the head's alone."""
+    ports = [int(p) for found in head.models.values() for p in found.get("ports", ())]
+    dp = head.plan.get("data_parallel")
+    every = isinstance(dp, Mapping) and dp.get("vllm_mode") in ("hybrid", "external")
+    return [(node, port) for node in (head.nodes if every else [head.head]) for port in ports]
 
 
 def group_listing_command(group: str) -> str:

@@ -143,7 +143,7 @@ def deploy_groups(
     """After the per-host run: each multi-node model as one group release (or, with --check, its plan);
     none once the rollout has stopped, and each failed group counts against --max-fail."""
     from vllmctl.runner.multinode.apply_groups import GroupApplyOptions, GroupRun, apply_groups
-    from vllmctl.runner.multinode.cluster_release import GroupGateOptions
+    from vllmctl.runner.multinode.group_gate import GroupGateOptions
 
     gate = GroupGateOptions(
         owner=lock_owner(started),

@@ -18,7 +18,7 @@ from vllmctl.runner.core.engine_guard import EngineGuard
 from vllmctl.runner.core.engine_watch import wait_for_health
 from vllmctl.runner.fleet.hosts import fan_out, host_contexts, ssh_remote
 from vllmctl.runner.gateway.control import fleet_servers, ssh_gateway
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_nodes import Connect, ssh_node
 from vllmctl.runner.multinode.group_rollback import group_plan, roll_back_groups, select
 from vllmctl.runner.releases.history import RemoteFor, survey

@@ -59,8 +59,11 @@ def parse_node_state(stdout: str) -> tuple[dict[str, str], str | None]:
     return {key: value.strip() or "unknown" for key, value in values.items()}, ray if mark else None
 
 
-def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) -> ClusterState:
-    """Each used node's answer (its stdout, or the error that kept it from answering) into one state."""
+def cluster_state(
+    plan: ClusterPlan, answers: Mapping[str, str | VllmctlError], port: int | None = None
+) -> ClusterState:
+    """Each used node's answer (its stdout, or the error that kept it from answering) into one state;
+    `port`: the model's, on which each node of `plan.api_hosts` serves."""
     units: dict[str, str] = {}
     errors: dict[str, str] = {}
     releases: dict[str, str] = {}
@@ -102,6 +105,7 @@ def cluster_state(plan: ClusterPlan, answers: Mapping[str, str | VllmctlError]) 
         releases=releases,
         known_good=known_good,
         launcher=plan.cluster.launcher,
+        api_servers={host: port for host in plan.api_hosts} if port is not None else {},
     )
 
 
@@ -119,14 +123,17 @@ def group_models(inv: Inventory, hosts: Sequence[str], models: Sequence[str] = (
 def with_groups(
     statuses: Sequence[ModelStatus], states: Mapping[str, ClusterState | VllmctlError]
 ) -> list[ModelStatus]:
-    """Each multi-node model's entry carries its group; its service state is the head's engine unit as the
-    group gather saw it (the head may lie outside --limit). A group that could not be read is an error."""
+    """Each multi-node model's entry (one per API server) carries its group; its service state is its node's
+    engine unit as the group gather saw it (the head may lie outside --limit). A group that could not be
+    read is an error."""
     found: list[ModelStatus] = []
     for status in statuses:
         state = states.get(status.model)
         if isinstance(state, VllmctlError):
             status = replace(status, error=status.error or f"cluster: {state.message}")
         elif state is not None:
-            status = replace(status, group=state, service_state=state.engine, release=state.release)
+            # a node's own API server (external data parallel) runs in its node's engine unit
+            unit = state.engine if status.host == state.head else state.ray_units.get(status.host, "unknown")
+            status = replace(status, group=state, service_state=unit, release=state.release)
         found.append(status)
     return found

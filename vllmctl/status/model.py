@@ -32,6 +32,7 @@ class ClusterState:
     releases: Mapping[str, str] = field(default_factory=dict)  # used node -> its `current` group release
     known_good: Mapping[str, str] = field(default_factory=dict)  # used node -> its `known-good` pointer
     launcher: str = "ray"  # vllm, data_parallel: `ray_units` holds each node's engine (ranks) unit, no Ray
+    api_servers: Mapping[str, int] = field(default_factory=dict)  # node -> the port its API server serves on
 
     @property
     def ray_free(self) -> bool:
@@ -87,6 +88,7 @@ class ClusterState:
             "engine": self.engine,
             "releases": dict(self.releases),
             "known_good": dict(self.known_good),
+            "api_servers": dict(self.api_servers),
             "ok": self.ray_ok,
         }
 

@@ -274,7 +274,7 @@ def gateway_table(view: dict[str, dict[str, Any]]) -> Table:
 
 
 def drain_lines(view: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per drained server: who holds it out, or that no run does (runner/releases/out_records.py)."""
+    """One line per drained server: who holds it out, or that no run does (runner/gateway/out_records.py)."""
     return [
         f"gateway {gateway}: {ref} is {stat['status']}: {stat['holder']['said']}"
         for gateway, found in view.items()

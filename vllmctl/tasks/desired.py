@@ -78,8 +78,10 @@ class HostContext:
         return self.plans.get(model.name) or ModelPlan(dict(model.engine_args), (Replica(0, model.port),))
 
     def replicas_on(self, host: str, model: ModelDeployment) -> tuple[Replica, ...]:
-        """The replicas `model` runs on another `host` of the fleet (its gateway's servers)."""
-        plans = self.plans if host == self.host.name else self.fleet_plans.get(host, {})
+        """The replicas `model` runs on another `host` of the fleet (its gateway's servers); a multi-node
+        model's, this host's too, from the fleet's plans (its group's API servers)."""
+        own = host == self.host.name and model.cluster is None
+        plans = self.plans if own else self.fleet_plans.get(host, {})
         found = plans.get(model.name)
         return found.replicas if found else (Replica(0, model.port),)
 

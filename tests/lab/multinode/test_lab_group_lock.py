@@ -20,7 +20,8 @@ from vllmctl.inventory import load_inventory
 from vllmctl.lab.testing import LabFleet, LabHostInfo
 from vllmctl.multinode.plan import plan_cluster
 from vllmctl.releases.group import group_spec
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, deploy_group
+from vllmctl.runner.multinode.cluster_release import deploy_group
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 
 pytestmark = pytest.mark.lab
 

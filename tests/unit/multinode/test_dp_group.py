@@ -1,19 +1,19 @@
 """Launcher data_parallel as a group release, pure: the units each node gets with balancing internal (the
 head's API server, the other nodes `--headless`), the manifests every node records, the group's status
-without Ray, and balancing external refused with its reason."""
+without Ray, and balancing external with an API server on every used node."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
-from vllmctl.errors import PlanError
+from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.group_ops import started_as
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
-from vllmctl.releases.group import group_manifests, group_spec
-from vllmctl.status.group import cluster_state, node_state_script
+from vllmctl.releases.group import api_servers, group_manifests, group_spec
+from vllmctl.runner.multinode.cluster import group_api_hosts
+from vllmctl.status.group import cluster_state, node_state_script, with_groups
+from vllmctl.status.model import ModelStatus
 
 Load = Callable[[str], Inventory]
 ADDRESSES = {"gpu-01": "192.168.50.1", "gpu-02": "192.168.50.2", "gpu-03": "192.168.50.3"}
@@ -103,18 +103,19 @@ def test_every_node_records_the_same_release_with_the_data_parallel_layout(load:
     assert started_as(made["gpu-01"], "gpu-02", 1) == "headless, DP ranks 8-15"
 
 
-def test_balancing_external_is_refused_before_anything_is_written_with_its_reason(load: Load) -> None:
+def test_balancing_external_is_deployed_with_an_api_server_on_every_node(load: Load) -> None:
     inv, plan, engine = planned(load, EXTERNAL)
-    assert plan.data_parallel is not None and plan.data_parallel.mode == "hybrid"  # still planned
-    with pytest.raises(PlanError) as refused:
-        group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
-    assert refused.value.message == (
-        "group 'wide': launcher data_parallel with balancing external is planned (`vllmctl plan`) but not "
-        "deployed: the gateway does not list and drain one API server per node yet"
-    )
-    assert refused.value.hint == (
-        "use balancing: internal (one API server on the first node); see docs/multinode.md"
-    )
+    assert plan.data_parallel is not None and plan.data_parallel.mode == "hybrid"
+    spec = group_spec(inv, plan, engine, ADDRESSES, start_engine=True)
+    made = group_manifests(spec, "2026-12-03T09:00:00+00:00", "ops@ctl", "d1")
+    for node in ("gpu-01", "gpu-02"):
+        start = exec_start(spec.units[node][ENGINE])
+        assert "--data-parallel-hybrid-lb" in start and "--headless" not in start, node
+        assert "--port 8000" in start, node
+    assert api_servers(made["gpu-01"]) == [("gpu-01", 8000), ("gpu-02", 8000)]  # gpu-03 is spare
+    internal = group_spec(*planned(load), ADDRESSES, start_engine=True)
+    head = group_manifests(internal, "2026-12-03T09:00:00+00:00", "ops@ctl", "d1")["gpu-01"]
+    assert api_servers(head) == [("gpu-01", 8000)]
 
 
 def test_the_group_status_counts_each_nodes_engine_unit_and_asks_no_ray(load: Load) -> None:
@@ -130,3 +131,30 @@ def test_the_group_status_counts_each_nodes_engine_unit_and_asks_no_ray(load: Lo
     assert "engine unit on gpu-02 is failed" in state.problems() and state.summary().startswith("ranks 1/2")
     answers["gpu-02"] = "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\n"
     assert cluster_state(plan, answers).ray_ok  # type: ignore[arg-type]
+
+
+def test_status_has_an_entry_per_api_server_of_an_external_group_each_with_its_own_nodes_unit(
+    load: Load,
+) -> None:
+    inv, plan, _ = planned(load, EXTERNAL)
+    api = group_api_hosts(inv, ["dsv3"])
+    assert api == {"dsv3": ("gpu-01", "gpu-02")}  # gpu-03 is spare
+    assert group_api_hosts(planned(load)[0], ["dsv3"]) == {"dsv3": ("gpu-01",)}
+    found = endpoints_for(inv, ["gpu-03"], api_hosts=api)  # any host of the group lists the group
+    assert [(e.host, e.base_url) for e in found] == [
+        ("gpu-01", "http://10.0.0.11:8000"),
+        ("gpu-02", "http://10.0.0.12:8000"),
+    ]
+    assert [e.host for e in endpoints_for(inv, ["gpu-03"])] == ["gpu-01"]  # not told: the head alone
+    answers: dict[str, str | Exception] = {
+        "gpu-01": "ray_unit=active\nrelease=releases/R1\nknown_good=releases/R1\nengine_unit=active\n",
+        "gpu-02": "ray_unit=failed\nrelease=releases/R1\nknown_good=releases/R1\n",
+    }
+    state = cluster_state(plan, answers, 8000)  # type: ignore[arg-type]
+    assert state.to_json()["api_servers"] == {"gpu-01": 8000, "gpu-02": 8000}
+    entries = [ModelStatus(node, "dsv3", 8000) for node in ("gpu-01", "gpu-02")]
+    shown = with_groups(entries, {"dsv3": state})
+    assert [(s.host, s.service_state, s.release) for s in shown] == [
+        ("gpu-01", "active", "R1"),
+        ("gpu-02", "failed", "R1"),
+    ]

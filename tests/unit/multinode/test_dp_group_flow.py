@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dp_nodes import dp_nodes
 from gate_flow import bench
 from local_remote import LocalRemote
 
@@ -21,9 +22,9 @@ from vllmctl.runner.fleet.hosts import load_model_archs
 from vllmctl.runner.multinode import apply_groups as apply_module
 from vllmctl.runner.multinode import cluster_flow
 from vllmctl.runner.multinode.apply_groups import GroupApplyOptions, GroupRun, apply_groups, group_plans
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, GroupOutcome, deploy_group
+from vllmctl.runner.multinode.cluster_release import GroupOutcome, deploy_group
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_nodes import Nodes, read_states
-from vllmctl.tasks.desired import venv_path
 
 Load = Callable[[str], Inventory]
 NODES = ("gpu-01", "gpu-02")
@@ -54,44 +55,11 @@ def inventory(load: Load, seqs: int = 8, launcher: str = DP) -> Inventory:
     return load(text.replace("SEQS", str(seqs)))
 
 
-def systemctl(node: str, order: Path) -> str:
-    """Unit state as files; every call also in `order`, shared by the nodes; gpu-02's rank dies at once
-    when its unit carries CRASH."""
-    dies = f'grep -q -- "{CRASH}" "$ROOT/etc/systemd/system/$u" 2>/dev/null' if node == "gpu-02" else "false"
-    return f"""#!/bin/bash
-echo "systemctl $*" >> "$ROOT/calls"
-echo "{node} $*" >> "{order}"
-verb=$1; shift; skip=0; now=0; units=()
-for a in "$@"; do
-  if [ $skip = 1 ]; then skip=0; continue; fi
-  case $a in -p) skip=1;; --now) now=1;; -*) ;; *) units+=("$a");; esac
-done
-for u in "${{units[@]}}"; do case $verb in
-  start|restart) if {dies}; then rm -f "$ROOT/active/$u"; else touch "$ROOT/active/$u"; fi;;
-  stop) rm -f "$ROOT/active/$u";;
-  disable) [ $now = 1 ] && rm -f "$ROOT/active/$u";;
-  is-active) [ -e "$ROOT/active/$u" ] && echo active || echo inactive;;
-  show) s=inactive; [ -e "$ROOT/active/$u" ] && s=active
-        printf 'Id=%s\\nActiveState=%s\\nSubState=running\\nNRestarts=0\\n\\n' "$u" "$s";; esac; done
-true
-"""
-
-
 @pytest.fixture
 def hosts(tmp_path: Path, load: Load) -> dict[str, LocalRemote]:
     engine = inventory(load).models["dsv3"].engine
     assert engine is not None
-    found = {}
-    for name in NODES:
-        remote = LocalRemote(tmp_path / name, name, systemctl(name, tmp_path / "order"))
-        bin_dir = remote.local(f"{venv_path(engine)}/bin")
-        bin_dir.mkdir(parents=True)
-        (bin_dir / "python").touch(mode=0o755)
-        (bin_dir / "ray").write_text("#!/bin/sh\nexit 99\n")  # never asked: a call would fail the release
-        (bin_dir / "ray").chmod(0o755)
-        remote.local("/etc/vllmctl").mkdir(parents=True)
-        found[name] = remote
-    return found
+    return dp_nodes(tmp_path, NODES, engine, {"gpu-02": CRASH})
 
 
 def options(hosts: dict[str, LocalRemote], second: int) -> GroupGateOptions:

@@ -18,7 +18,8 @@ from vllmctl.bench.health import HealthResult
 from vllmctl.inventory.model import DriverSpec, EngineSpec, Host, Inventory, SshSettings
 from vllmctl.releases.group import GroupSpec, group_manifests
 from vllmctl.runner.multinode.apply_groups import pending_changes
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, deploy_group
+from vllmctl.runner.multinode.cluster_release import deploy_group
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.runner.multinode.group_rollback import roll_back_group
 

@@ -20,8 +20,8 @@ from vllmctl.releases.out_of_service import OutRecord
 from vllmctl.releases.rollout import MaxFail, RolloutLedger, ServingReplica
 from vllmctl.runner.core.audit import this_controller
 from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.gateway.out_records import OutRecords
 from vllmctl.runner.releases.orphans import heal_lines, heal_orphans
-from vllmctl.runner.releases.out_records import OutRecords
 from vllmctl.runner.releases.rollout import RolloutGuard, rollout_guard
 from vllmctl.transport import Result
 

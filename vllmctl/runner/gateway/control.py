@@ -17,6 +17,7 @@ from vllmctl.errors import InputError, VllmctlError
 from vllmctl.gateway.config import Server, servers
 from vllmctl.gateway.runtime import NOT_SET_UP, SHOW_STAT, ServerStat, parse_stat, set_state
 from vllmctl.inventory.model import GatewaySpec, Inventory
+from vllmctl.multinode.plan import plan_cluster
 from vllmctl.ops import Command
 from vllmctl.planner.inventory_plan import GpuFacts
 from vllmctl.planner.rules.base import HostResources
@@ -49,6 +50,8 @@ class GatewayControl:
     events: list[dict[str, Any]] = field(default_factory=list)
     # rollback knows only each model's first replica port: the gateway's own `show stat` lists the rest
     discover: bool = False
+    # multi-node models' backends: a host's drain leaves them, their group release drains every node at once
+    groups: frozenset[str] = frozenset()
     _remotes: dict[str, Remote] = field(default_factory=dict)
     # the rollout asks `show stat` from one host's thread while another host's drain runs: one command at a
     # time on each gateway connection
@@ -59,7 +62,7 @@ class GatewayControl:
         refs = [s.ref for s in self.servers if s.host == host]
         if self.discover:
             refs += [ref for ref in self._listed_refs().get(host, []) if ref not in refs]
-        return refs
+        return [ref for ref in refs if ref.split("/", 1)[0] not in self.groups]
 
     def _listed_refs(self) -> dict[str, list[str]]:
         """host -> the servers the gateways route to it (named `HOST-PORT` in a model's backend)."""
@@ -159,8 +162,9 @@ class GatewayControl:
         gateway host HAProxy is not set up on yet is passed over (named in the event): it routes nothing."""
         return self.ready_servers(host, self._refs(host))
 
-    def ready_servers(self, host: str, refs: list[str]) -> bool:
-        """`ready` for these servers of `host` only."""
+    def ready_servers(self, host: str, refs: list[str], wait: bool = True) -> bool:
+        """`ready` for these servers of `host` only; without `wait`, set ready on every gateway host and not
+        waited for (an engine that serves none of them: HAProxy's checks keep them out)."""
         if not refs:
             return True
         event: dict[str, Any] = {"host": host, "servers": refs}
@@ -172,6 +176,9 @@ class GatewayControl:
                 # said again each round: a gateway whose config this run changed reloads, and the new
                 # HAProxy takes the server's saved state (drain, from before its host's restart) with it
                 routing = tuple(self._say(refs, "ready", not_set_up))
+                if not wait:
+                    waited: dict[str, Any] = {"pending": {}}
+                    break
                 left = limit - (self.clock() - started)
                 waited = self._wait(refs, _up, min(left, READY_AGAIN_S), routing)
                 if not waited["pending"] or self.clock() - started >= limit:
@@ -217,7 +224,8 @@ def ssh_gateway(
     def connect(name: str) -> Remote:
         return SshRemote(SshTransport(inventory.hosts[name]))
 
-    return GatewayControl(inventory.gateway, servers, connect, timeout_s, discover=discover)
+    groups = frozenset(m for m in inventory.gateway.ports if inventory.models[m].cluster is not None)
+    return GatewayControl(inventory.gateway, servers, connect, timeout_s, discover=discover, groups=groups)
 
 
 def gateway_view(inventory: Inventory, timeout_s: float) -> dict[str, dict[str, Any]]:
@@ -256,13 +264,26 @@ def gateway_plans(
     archs: Mapping[str, ModelArch],
     resources: Mapping[str, HostResources],
 ) -> dict[str, dict[str, ModelPlan]]:
-    """The plans of every host behind the gateway, also those --limit left out: its config lists them all."""
+    """The plans of every host behind the gateway, also those --limit left out: its config lists them all; a
+    multi-node model's from its group's plan."""
     if inventory.gateway is None:
         return {}
-    behind = {h for name in inventory.gateway.ports for h in inventory.models[name].hosts}
-    if behind <= set(hosts):
-        return plans
-    return deployment_plans(inventory, sorted(behind), gpus, archs=archs, resources=resources)
+    models = [inventory.models[name] for name in inventory.gateway.ports]
+    behind = {h for model in models if model.cluster is None for h in model.hosts}
+    found = plans
+    if not behind <= set(hosts):
+        found = deployment_plans(inventory, sorted(behind), gpus, archs=archs, resources=resources)
+    grouped: dict[str, dict[str, ModelPlan]] = {host: dict(wanted) for host, wanted in found.items()}
+    for model in models:
+        if model.cluster is None:
+            continue
+        # one server per node that runs an API server (every used node in vLLM's hybrid and external DP
+        # modes); the group's spare hosts serve nothing
+        api = plan_cluster(inventory, model, model.cluster, gpus, archs.get(model.source)).api_hosts
+        for host in model.hosts:
+            replicas = (Replica(0, model.port),) if host in api else ()
+            grouped.setdefault(host, {})[model.name] = ModelPlan(dict(model.engine_args), replicas)
+    return grouped
 
 
 def gateway_secrets(inventory: Inventory) -> dict[str, str]:

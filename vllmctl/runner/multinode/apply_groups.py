@@ -11,19 +11,27 @@ from typing import Any
 
 from vllmctl.catalog.arch import ModelArch
 from vllmctl.errors import VllmctlError
+from vllmctl.gateway.config import server_name
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode.plan import ClusterPlan, plan_cluster
 from vllmctl.multinode.preflight import node_addresses
 from vllmctl.ops import sha256_text
 from vllmctl.paths import UNIT_DIR
 from vllmctl.planner.inventory_plan import GpuFacts
-from vllmctl.releases.group import GroupManifest, group_manifests, group_spec, serving_unchanged
+from vllmctl.releases.group import (
+    GroupManifest,
+    api_servers,
+    group_manifests,
+    group_spec,
+    serving_unchanged,
+)
 from vllmctl.releases.host import HostReleases
 from vllmctl.render.quoting import shell_word
 from vllmctl.runner.core.engine_guard import EngineGuard
 from vllmctl.runner.core.plan import unified_diff
 from vllmctl.runner.multinode.cluster import node_facts, prepare_nodes, run_preflight
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, deploy_group, lock_group
+from vllmctl.runner.multinode.cluster_release import deploy_group, lock_group
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.tasks.desired import env_path, index_credentials
 
@@ -46,6 +54,7 @@ class GroupRun:
     reasons: tuple[str, ...] = ()
     rolled_back_to: str | None = None
     diffs: tuple[str, ...] = ()  # with --check --diff: each unit that would change, as a unified diff
+    gateway: tuple[dict[str, Any], ...] = ()  # each node's API server drained, then set ready (time order)
 
     @property
     def failed(self) -> bool:
@@ -65,6 +74,7 @@ class GroupRun:
             "rolled_back_to": self.rolled_back_to,
             "ok": not self.failed,
             "diffs": list(self.diffs),
+            "gateway": list(self.gateway),
         }
 
 
@@ -186,6 +196,8 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         finally:
             found.close()
         changes = [*missing_ray, *pending_changes(wanted, states, installed, env_changed)]
+        if changes:
+            changes += drains(inv, wanted[plan.head])
         if not changes:
             return GroupRun(plan.model, group, nodes, "unchanged", states[plan.head].current)
         release = wanted[plan.head].id
@@ -204,8 +216,22 @@ def _one(inv: Inventory, plan: ClusterPlan, opts: GroupApplyOptions, log: Log) -
         outcome = deploy_group(inv, spec, opts.gate, log, locked)
     finally:
         locked.close()
-    back = outcome.rolled_back_to
-    return GroupRun(plan.model, group, nodes, outcome.status, outcome.release, outcome.reasons, back)
+    back, events = outcome.rolled_back_to, outcome.gateway
+    return GroupRun(
+        plan.model, group, nodes, outcome.status, outcome.release, outcome.reasons, back, (), events
+    )
+
+
+def drains(inv: Inventory, head: GroupManifest) -> list[str]:
+    """What `deploy_group` does in the gateway around a release of a model behind it."""
+    gateway = inv.gateway
+    if gateway is None or head.model not in gateway.ports:
+        return []
+    refs = ", ".join(f"{head.model}/{server_name(node, port)}" for node, port in api_servers(head))
+    return [
+        f"{refs} would be drained on {', '.join(gateway.hosts)} before any engine stops, "
+        "and set ready after the gate"
+    ]
 
 
 def unit_diffs(

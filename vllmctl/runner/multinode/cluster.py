@@ -185,7 +185,22 @@ def cluster_status(
         finally:
             transport.close()
 
-    return cluster_state(plan, fan_out(plan.hosts, ask, FORKS))
+    return cluster_state(plan, fan_out(plan.hosts, ask, FORKS), inv.models[plan.model].port)
+
+
+def group_api_hosts(inv: Inventory, models: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Per multi-node model, the nodes of its group that run an API server, planned offline (a model that
+    cannot be planned is left out: its head then stands for it, and `group_states` reports why)."""
+    found = {}
+    for name in models:
+        model = inv.models[name]
+        try:
+            arch = load_arch(model.source, model.revision, online=False)
+            if model.cluster is not None:
+                found[name] = plan_cluster(inv, model, model.cluster, None, arch).api_hosts
+        except VllmctlError:
+            continue
+    return found
 
 
 def group_states(

@@ -17,7 +17,8 @@ from vllmctl.planner.inventory_plan import plan_inventory
 from vllmctl.releases.group import group_spec
 from vllmctl.runner.fleet.hosts import load_model_archs, resolve_secrets
 from vllmctl.runner.multinode.cluster import prepare_nodes, run_preflight
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, GroupOutcome, deploy_group, lock_group
+from vllmctl.runner.multinode.cluster_release import GroupOutcome, deploy_group, lock_group
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.tasks.desired import index_credentials
 
 

@@ -1,79 +1,46 @@
 """Group releases at the edge: a `vllmctl cluster` run records its release on every used node, activates it
-in the cluster's order (head Ray, worker Ray, `ray status` barrier, engine on the head), gates it (formed;
-the engine healthy) and, when it fails, re-activates the group's known-good release on every node.
+in the cluster's order (head Ray, worker Ray, `ray status` barrier, engine on every node, the head last),
+gates it (group_gate.py) with its API servers out of the gateway's rotation meanwhile (group_gateway.py)
+and, when it fails, re-activates the group's known-good release on every node.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-from vllmctl.bench.readiness import FLOOR_S, HealthCheck, HealthResult
-from vllmctl.bench.smoke import SmokeBench
 from vllmctl.errors import VllmctlError
 from vllmctl.inventory.model import Inventory
 from vllmctl.multinode import bringup
 from vllmctl.multinode.group_ops import (
     activation,
     create_group_release,
-    engine_journal_command,
     env_record_step,
-    journal_errors,
     pointer_step,
     prune_step,
     restart_step,
-    started_as,
     stop_step,
     verdict_step,
 )
-from vllmctl.multinode.units import ray_unit_name
-from vllmctl.ops.release import journal_tail_command
-from vllmctl.releases.gate import EndpointCheck, Verdict, decide
+from vllmctl.releases.gate import Verdict
 from vllmctl.releases.group import (
     GroupManifest,
     GroupSpec,
     NodeStates,
+    api_servers,
     group_manifests,
     group_prune_candidates,
     group_rollback_target,
     manifests_of,
     serving_unchanged,
 )
-from vllmctl.releases.host import release_endpoints
-from vllmctl.releases.unit_exit import SHOW_PROPERTIES, restart_count
-from vllmctl.render.quoting import shell_word
-from vllmctl.runner.core.engine_watch import smoke_bench, wait_for_health, watch_units
-from vllmctl.runner.multinode.group_nodes import (
-    Connect,
-    Nodes,
-    group_units,
-    read_engine_env,
-    read_states,
-    read_units,
-    ssh_node,
-)
+from vllmctl.runner.multinode.group_gate import GroupGateOptions, check_engine, wait_formed
+from vllmctl.runner.multinode.group_gateway import GroupGateway, group_gateway, group_servers
+from vllmctl.runner.multinode.group_nodes import Nodes, group_units, read_engine_env, read_states, read_units
 from vllmctl.tasks.desired import env_path, unit_name
 
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class GroupGateOptions:
-    owner: str = "vllmctl"  # also the host lock's owner on every node
-    break_lock: bool = False
-    created_at: str = ""  # ISO 8601 UTC from the edge: the source of the release id
-    inventory_digest: str = ""
-    command_timeout_s: float = 120.0
-    formed_timeout_s: float = 180.0
-    health_timeout_s: float = FLOOR_S
-    health: HealthCheck = wait_for_health
-    bench: SmokeBench = smoke_bench
-    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)  # model -> its engine's API key
-    connect: Connect = ssh_node  # one node's connection (tests pass a local one)
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass(frozen=True)
@@ -86,6 +53,7 @@ class GroupOutcome:
     reasons: tuple[str, ...] = ()
     rolled_back_to: str | None = None
     ray: bringup.RayStatus | None = None
+    gateway: tuple[dict[str, Any], ...] = ()  # each node's API server drained, then set ready (time order)
 
     @property
     def ok(self) -> bool:
@@ -93,7 +61,7 @@ class GroupOutcome:
 
     def to_json(self) -> dict[str, Any]:
         found = {"status": self.status, "release": self.release, "reasons": list(self.reasons)}
-        return found | {"rolled_back_to": self.rolled_back_to, "ok": self.ok}
+        return found | {"rolled_back_to": self.rolled_back_to, "ok": self.ok, "gateway": list(self.gateway)}
 
 
 def lock_group(inv: Inventory, nodes: Sequence[str], opts: GroupGateOptions) -> Nodes:
@@ -123,25 +91,72 @@ def deploy_group(
         release = wanted[spec.head].id
         nodes.each(lambda node: nodes.step(node, create_group_release(wanted[node], states[node])))
         log(f"group release {release} recorded on {', '.join(spec.nodes)}")
-        verdict, ray = activate_and_check(nodes, wanted, installed, opts, log, bench=True)
-        for node in spec.nodes:
-            nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
-        if verdict.passed:
-            log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
-            if starts_engine and env.now is not None:
-                nodes.step(spec.head, env_record_step(spec.group, env.now))
-            pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
-            nodes.each(lambda node: nodes.step(node, prune_step(spec.group, pruned[node])))
-            return GroupOutcome("passed", release, verdict.reasons, ray=ray)
-        return _roll_back_after(nodes, spec.group, spec.model, release, verdict, opts, log)
+        drain = out_of_rotation(inv, spec.model, opts)
+        servers = group_servers(inv, spec.model, api_servers(wanted[spec.head]))
+        try:
+            if drain is not None:  # before any node's engine stops: a rank that goes takes its node's API
+                drain.take_out(servers, log)
+            verdict, ray = activate_and_check(nodes, wanted, installed, opts, log, bench=True)
+            for node in spec.nodes:
+                nodes.step(node, verdict_step(spec.group, release, verdict.to_json()))
+            if verdict.passed:
+                log(f"group release {release} passed: known-good on {', '.join(spec.nodes)}")
+                if drain is not None:
+                    drain.serves(servers)
+                if starts_engine and env.now is not None:
+                    nodes.step(spec.head, env_record_step(spec.group, env.now))
+                pruned = group_prune_candidates(read_states(nodes, spec.group), spec.nodes, inv.releases.keep)
+                nodes.each(lambda node: nodes.step(node, prune_step(spec.group, pruned[node])))
+                outcome = GroupOutcome("passed", release, verdict.reasons, ray=ray)
+            else:
+                outcome = _roll_back_after(inv, nodes, spec, release, verdict, opts, log, drain)
+        finally:
+            lost = back_in_rotation(drain, log)
+        return with_gateway(outcome, drain, lost)
     finally:
         if locked is None:
             nodes.close()
 
 
+def out_of_rotation(inv: Inventory, model: str, opts: GroupGateOptions) -> GroupGateway | None:
+    """The gateway's side of one group release (None when the model is not behind the gateway)."""
+    return group_gateway(inv, model, opts.owner, opts.command_timeout_s, opts.gateway, opts.sleep)
+
+
+def back_in_rotation(drain: GroupGateway | None, log: Log) -> list[str]:
+    """Every server the release took out set ready (also when it raised); those that did not come UP."""
+    if drain is None:
+        return []
+    try:
+        return drain.put_back(log)
+    finally:
+        drain.close()
+
+
+def with_gateway(outcome: GroupOutcome, drain: GroupGateway | None, lost: Sequence[str]) -> GroupOutcome:
+    """The outcome with the gateway's events; a group that serves but is not UP in the gateway is not ok,
+    as a host whose release passed but did not come back UP is not (its records stay for the next run)."""
+    if drain is None:
+        return outcome
+    found = replace(outcome, gateway=tuple(drain.events))
+    if not lost:
+        return found
+    said = f"the gateway did not see {', '.join(lost)} UP in time"
+    status = "failed" if outcome.ok else outcome.status
+    return replace(found, status=status, reasons=(*outcome.reasons, said))
+
+
 def _roll_back_after(
-    nodes: Nodes, group: str, model: str, failed: str, verdict: Verdict, opts: GroupGateOptions, log: Log
+    inv: Inventory,
+    nodes: Nodes,
+    spec: GroupSpec,
+    failed: str,
+    verdict: Verdict,
+    opts: GroupGateOptions,
+    log: Log,
+    drain: GroupGateway | None,
 ) -> GroupOutcome:
+    group, model = spec.group, spec.model
     states = read_states(nodes, group)
     try:
         target = group_rollback_target(states, nodes.names)
@@ -152,10 +167,11 @@ def _roll_back_after(
             nodes.step(node, stop_step(present))
         log(f"no known-good group release: the group's units are stopped on {', '.join(nodes.names)}")
         return GroupOutcome("failed", failed, (*verdict.reasons, f"not rolled back: {exc.render()}"))
-    return reactivate(nodes, group, model, states, target, opts, log, failed, verdict.reasons)
+    return reactivate(inv, nodes, group, model, states, target, opts, log, failed, verdict.reasons, drain)
 
 
 def reactivate(
+    inv: Inventory,
     nodes: Nodes,
     group: str,
     model: str,
@@ -165,11 +181,19 @@ def reactivate(
     log: Log,
     failed: str | None,
     reasons: tuple[str, ...],
+    drain: GroupGateway | None = None,
 ) -> GroupOutcome:
+    """`target` activated and gated on every node; `drain` (the model behind the gateway) takes the target's
+    API servers out of rotation first, those not out already; its caller puts them back."""
     log(f"rolling group {group} back to {target} on {', '.join(nodes.names)}")
     manifests = manifests_of(states, target)
+    servers = group_servers(inv, model, api_servers(manifests[nodes.names[0]]))
+    if drain is not None:
+        drain.take_out(servers, log)
     installed = read_units(nodes, group_units(group, model, nodes.names))
     back, ray = activate_and_check(nodes, manifests, installed, opts, log, bench=False)
+    if back.passed and drain is not None:
+        drain.serves(servers)
     if back.passed:  # as on a host: the release that serves again is the one a later failure returns to
         for node in nodes.names:
             nodes.step(node, pointer_step(group, "known-good", target))
@@ -193,8 +217,9 @@ def activate_and_check(
     bench: bool,
 ) -> tuple[Verdict, bringup.RayStatus | None]:
     """Units from the release dir on every node, `current` moved, Ray head → workers, the barrier, then the
-    engine on the head; the gate: the cluster formed and, with an engine, the engine healthy and (`bench`:
-    a new release, as on a host; not a rollback) the smoke benchmark within the model's SLO."""
+    engine (every other node's, the head's last); the gate: the cluster formed and, with an engine, every API
+    server healthy and (`bench`: a new release, as on a host; not a rollback) the smoke benchmark on each
+    within the model's SLO."""
     head = nodes.names[0]
     group, release = manifests[head].group, manifests[head].id
     engine_unit = unit_name(manifests[head].model, 0)
@@ -218,72 +243,3 @@ def activate_and_check(
         return check_engine(nodes, manifests[head], engine_unit, opts, log, bench, ranks), ray
     except VllmctlError as exc:  # an engine unit that would not start: the same failed release
         return Verdict(False, (exc.render(),), {}), ray
-
-
-def check_engine(
-    nodes: Nodes,
-    manifest: GroupManifest,
-    engine_unit: str,
-    opts: GroupGateOptions,
-    log: Log,
-    bench: bool,
-    ranks: Sequence[str] = (),
-) -> Verdict:
-    """The engine (re)started, headless `ranks` first (launcher vllm: they wait for rank 0 at its master
-    port; data_parallel: for the head's DP RPC port), then gated on the head's API."""
-    head = manifest.head
-    show = f"systemctl show -p {SHOW_PROPERTIES} -- {shell_word(engine_unit)}"
-    before = restart_count(nodes.shell(head, show, sudo=False))
-
-    watch = watch_units(nodes.remotes[head], [engine_unit], nodes.timeout_s, before)
-    since = nodes.shell(head, "date +%s", sudo=False).strip()
-    for node in ranks:  # every rank restarts with rank 0: a rank left running holds the old group's state
-        nodes.step(node, restart_step([engine_unit]))
-        log(f"{node}: {engine_unit} started ({started_as(manifest, node, nodes.names.index(node))})")
-    nodes.step(head, restart_step([engine_unit]))
-    log(f"{head}: {engine_unit} started ({started_as(manifest, head, 0)})")
-    checks, errors = [], []
-    for model, url in release_endpoints(manifest, nodes.url_of(head)):
-        key = opts.api_keys.get(model)
-        health: HealthResult = opts.health(url, model, opts.health_timeout_s, watch, api_key=key)
-        tail = "" if health.ok else nodes.shell(head, journal_tail_command([engine_unit]).render())
-        if not health.ok:
-            errors = journal_errors(nodes.shell(head, engine_journal_command(engine_unit, since)))
-        report = opts.bench(url, model, api_key=key) if bench and health.ok else None
-        slo = manifest.models.get(model, {}).get("slo", {})
-        checks.append(EndpointCheck(model, health, report, slo, tail))
-    verdict = decide(checks, require_bench=bench)
-    if errors:
-        causes = "\n".join(f"    {line}" for line in errors)
-        reasons = (*verdict.reasons, f"errors the engine logged since its start:\n{causes}")
-        verdict = Verdict(False, reasons, verdict.figures)
-    return verdict
-
-
-def wait_formed(
-    nodes: Nodes, manifest: GroupManifest, opts: GroupGateOptions, log: Log
-) -> bringup.RayStatus | None:
-    """`ray status` on the head until every node and GPU of the release is there; None without Ray (launcher
-    vllm: the ranks meet when the engine starts, and the gate judges them)."""
-    if manifest.launcher != "ray":
-        return None
-    argv = [f"{manifest.venv_path}/bin/ray", "status", f"--address={manifest.ray_address}"]
-    deadline = opts.clock() + opts.formed_timeout_s
-    missing = "no answer yet"
-    while opts.clock() < deadline:
-        result = nodes.run(manifest.head, argv, 60)
-        if result.ok:
-            status = bringup.parse_ray_status(result.stdout)
-            found = bringup.cluster_formed(status, manifest.pp, manifest.gpus_per_node)
-            if found is None:
-                log(f"ray status: {status.nodes} nodes, {status.gpus:g} GPUs")
-                return status
-            missing = found
-        else:
-            missing = (result.stderr or result.stdout).strip()[-300:]
-        opts.sleep(2)
-    raise VllmctlError(
-        f"the Ray cluster of group '{manifest.group}' did not form within "
-        f"{opts.formed_timeout_s:g}s: {missing}",
-        f"see `journalctl -u {ray_unit_name(manifest.group)}` on the workers",
-    )

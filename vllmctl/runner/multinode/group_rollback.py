@@ -12,7 +12,15 @@ from vllmctl.inventory.model import Inventory
 from vllmctl.releases.group import GroupManifest, group_rollback_target
 from vllmctl.releases.group_history import GroupNodes, GroupSelection, multi_node_only, select_groups
 from vllmctl.releases.host import HostReleases, ReleaseError
-from vllmctl.runner.multinode.cluster_release import GroupGateOptions, GroupOutcome, lock_group, reactivate
+from vllmctl.runner.multinode.cluster_release import (
+    GroupOutcome,
+    back_in_rotation,
+    lock_group,
+    out_of_rotation,
+    reactivate,
+    with_gateway,
+)
+from vllmctl.runner.multinode.group_gate import GroupGateOptions
 from vllmctl.runner.multinode.group_nodes import (
     Connect,
     Nodes,
@@ -34,12 +42,18 @@ def roll_back_group(
     opts: GroupGateOptions,
     log: Log,
 ) -> GroupOutcome:
-    """The previous (or named) known-good group release, re-activated on every node."""
+    """The previous (or named) known-good group release, re-activated on every node (its API servers out of
+    the gateway's rotation meanwhile, when the model is behind it)."""
     nodes = lock_group(inv, hosts, opts)
     try:
         states = read_states(nodes, group)
         target = group_rollback_target(states, hosts, to)
-        return reactivate(nodes, group, model, states, target, opts, log, None, ())
+        drain = out_of_rotation(inv, model, opts)
+        try:
+            outcome = reactivate(inv, nodes, group, model, states, target, opts, log, None, (), drain)
+        finally:
+            lost = back_in_rotation(drain, log)
+        return with_gateway(outcome, drain, lost)
     finally:
         nodes.close()
 

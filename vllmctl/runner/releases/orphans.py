@@ -16,11 +16,12 @@ def heal_orphans(guard: RolloutGuard) -> list[dict[str, Any]]:
     records = guard.records
     if records is None:
         return []
-    found = records.read({r.model for r in guard.replicas})
+    replicas = [*guard.replicas, *guard.group_servers]
+    found = records.read({r.model for r in replicas})
     report = []
     for record in sort_records(found, records.owner, records.stale).stale:
         entry: dict[str, Any] = {"model": record.model, "server": record.server, "owner": record.owner}
-        why = _put_back(guard, record, replica_of(record, guard.replicas))
+        why = _put_back(guard, record, replica_of(record, replicas))
         if why:
             report.append({**entry, "event": "left", "reason": why})
             continue

@@ -21,8 +21,8 @@ from vllmctl.releases.waves import RolloutLimits
 from vllmctl.runner.core.engine_guard import Waiting
 from vllmctl.runner.core.interrupt import STOP, reason
 from vllmctl.runner.gateway.control import GatewayControl
+from vllmctl.runner.gateway.out_records import OutRecords, ssh_connect
 from vllmctl.runner.releases.canary_soak import SoakJudge, engine_reader
-from vllmctl.runner.releases.out_records import OutRecords, ssh_connect
 from vllmctl.runner.releases.serving import Probe, Serving, health_probe
 from vllmctl.tasks.desired import ModelPlan, Replica
 from vllmctl.transport.target import http_address
@@ -57,6 +57,9 @@ class RolloutGuard:
     canaries: Canaries = field(default_factory=lambda: Canaries({}))  # no limits given: no canary
     waves: WaveLog = field(default_factory=WaveLog)
     soak: SoakJudge | None = None  # compares a soaked canary with its peers (models behind the gateway)
+    # multi-node models' servers behind the gateway: their group release takes them out, never a host's
+    # rollout; a dead run's drains of them are healed with the others (runner/releases/orphans.py)
+    group_servers: list[ServingReplica] = field(default_factory=list)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _seen: dict[str, list[OutRecord]] = field(default_factory=dict)  # host -> records its last decision read
 
@@ -210,14 +213,15 @@ class RolloutGuard:
 
 
 def serving_replicas(
-    inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]]
+    inventory: Inventory, plans: Mapping[str, Mapping[str, ModelPlan]], group_servers: bool = False
 ) -> list[ServingReplica]:
     """Every single-host replica of every model, from the plans where known (else the model's first port);
-    models behind the gateway are named as its servers. Multi-node models restart as group releases."""
+    models behind the gateway are named as its servers. Multi-node models restart as group releases
+    (`group_servers`: every node of their group named as a server, with the model's port)."""
     behind = inventory.gateway.ports if inventory.gateway is not None else {}
     found = []
     for model in inventory.models.values():
-        if model.cluster is not None:
+        if (model.cluster is not None) != group_servers:
             continue
         for host in model.hosts:
             plan = plans.get(host, {}).get(model.name)
@@ -247,7 +251,7 @@ def rollout_guard(
 ) -> RolloutGuard:
     """The guard of one run; `probe` defaults to the gate's readiness probe with `api_keys`; with `owner`
     (the run's lock owner line) it keeps out-of-service records other runs read
-    (runner/releases/out_records.py)."""
+    (runner/gateway/out_records.py)."""
     known = inventory.hosts
 
     def url_of(replica: ServingReplica) -> str:
@@ -263,8 +267,10 @@ def rollout_guard(
     guard = RolloutGuard(replicas, minimum, RolloutLedger(max_fail, hosts), gateway, probe, wait_s, stop=stop)
     guard.max_out, guard.canaries = max_out(limits, hosts_of), Canaries(limits)
     guard.soak = SoakJudge(gateway, replicas, engine_reader(url_of)) if gateway is not None else None
+    behind = inventory.gateway.ports if inventory.gateway is not None else {}
+    guard.group_servers = [r for r in serving_replicas(inventory, {}, True) if r.model in behind]
     if parse_owner(owner) is not None:  # an owner no later run can judge would hold its replicas for good
-        guard.records = ssh_out_records(inventory, replicas, owner)
+        guard.records = ssh_out_records(inventory, [*replicas, *guard.group_servers], owner)
     return guard
 
 

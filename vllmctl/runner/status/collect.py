@@ -21,7 +21,7 @@ from vllmctl.releases.host import MANIFEST, json_or_none
 from vllmctl.runner import DEFAULT_FORKS
 from vllmctl.runner.core.remote import SshRemote
 from vllmctl.runner.fleet.hosts import host_contexts, on_each_host
-from vllmctl.runner.multinode.cluster import group_states
+from vllmctl.runner.multinode.cluster import group_api_hosts, group_states
 from vllmctl.status.build import Scrape, build_statuses
 from vllmctl.status.group import group_models, with_groups
 from vllmctl.status.metrics import parse_metrics
@@ -85,13 +85,14 @@ def collect(
     interval_s: float = 1.0,
     timeout_s: float = 30.0,
     samples: int = 2,
+    api_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> list[ModelStatus]:
     """Facts over SSH, then `samples` scrapes spread over `interval_s`: one ModelStatus per engine process.
 
     More samples make "requests wait" and "the batch is full" less a matter of when a scrape lands (a
     gauge read right after requests finished shows a batch that the next step refills).
     """
-    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts(), base_url)
+    endpoints = endpoints_for(inv, hosts, list(models), plan.replica_counts(), base_url, api_hosts)
     facts = gather_hosts(host_contexts(inv, hosts, {}, stage_models=False), timeout_s)
     first = scrape_all(endpoints)
     started = time.monotonic()
@@ -114,13 +115,15 @@ def gather(
     interval_s: float = 1.0,
     timeout_s: float = 30.0,
 ) -> list[ModelStatus]:
-    """`collect`, with each multi-node group's state (Ray units, `ray status`) in its head's entry."""
+    """`collect`, with each multi-node group's state (Ray units, `ray status`) in its API servers' entries
+    (the head's, or every used node's in external data parallel)."""
     groups = group_models(inv, hosts, models)
     if not groups:
         return collect(inv, hosts, plan, models, interval_s, timeout_s)
+    api = group_api_hosts(inv, groups)
     with ThreadPoolExecutor(max_workers=1) as pool:  # the groups' SSH overlaps the scrapes' interval
         states = pool.submit(group_states, inv, groups, timeout_s)
-        statuses = collect(inv, hosts, plan, models, interval_s, timeout_s)
+        statuses = collect(inv, hosts, plan, models, interval_s, timeout_s, api_hosts=api)
         return with_groups(statuses, states.result())
 
 
