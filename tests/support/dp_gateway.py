@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dp_inventory import dp_inventory
 from gate_flow import bench as smoke
 from local_remote import LocalRemote
 
@@ -38,22 +39,12 @@ REFS = ("dsv3/gpu-01-8000", "dsv3/gpu-02-8000")
 CRASH = "--max-num-seqs 99"  # gpu-02's rank dies at start
 SICK = "--max-num-seqs 77"  # gpu-02's API server runs but never answers /health; the head's does
 HEADER = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,type,check_status\n"
-INVENTORY = """\
-groups:
-  wide:
-    hosts: [gpu-01, gpu-02]
-    multi_node: true
-    cluster_interface: eth1
-    launcher: data_parallel
-    data_parallel: {size_local: 8, size: 16, balancing: external}
-models:
-  dsv3:
-    source: deepseek-ai/DeepSeek-V3
-    hosts: wide
-    max_model_len: 8192
-    engine: {name: vllm, version: "0.32.0"}
-    engine_args: {max_num_seqs: SEQS}
-GATEWAY"""
+INVENTORY = dp_inventory(
+    "{size_local: 8, size: 16, balancing: external}",
+    hosts="[gpu-01, gpu-02]",
+    model_extra="    engine_args: {max_num_seqs: SEQS}\n",
+    tail="GATEWAY",
+)
 GATEWAY = """\
 gateway:
   hosts: gpu-03

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dp_inventory import dp_inventory
 from multinode_fixtures import load
 
 from vllmctl.inventory.model import Inventory
@@ -18,24 +19,8 @@ from vllmctl.transport import Result
 
 __all__ = ["load"]
 Load = Callable[[str], Inventory]
-INVENTORY = """\
-groups:
-  wide:
-    hosts: [gpu-01, gpu-02, gpu-03]
-    multi_node: true
-    cluster_interface: eth1
-    launcher: data_parallel
-    data_parallel: {size_local: 8, size: 16, balancing: BALANCING}
-models:
-  dsv3:
-    source: deepseek-ai/DeepSeek-V3
-    hosts: wide
-    max_model_len: 8192
-    engine: {name: vllm, version: "0.32.0"}
-gateway:
-  hosts: gpu-03
-  models: {dsv3: {port: 9100}}
-"""
+GATEWAY = "gateway:\n  hosts: gpu-03\n  models: {dsv3: {port: 9100}}\n"
+INVENTORY = dp_inventory("{size_local: 8, size: 16, balancing: BALANCING}", tail=GATEWAY)
 
 
 def backends(inv: Inventory) -> dict[str, Any]:

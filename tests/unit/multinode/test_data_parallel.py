@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from dp_inventory import dp_inventory
 
 from vllmctl.errors import PlanError
 from vllmctl.inventory.model import EngineSpec, Inventory
@@ -18,21 +19,7 @@ from vllmctl.tasks.desired import venv_path
 
 Load = Callable[[str], Inventory]
 ADDRESSES = {"gpu-01": "192.168.50.1", "gpu-02": "192.168.50.2", "gpu-03": "192.168.50.3"}
-INVENTORY = """\
-groups:
-  wide:
-    hosts: [gpu-01, gpu-02, gpu-03]
-    multi_node: true
-    cluster_interface: eth1
-    launcher: data_parallel
-    data_parallel: {size_local: 8, size: 16}
-models:
-  dsv3:
-    source: deepseek-ai/DeepSeek-V3
-    hosts: wide
-    max_model_len: 8192
-    engine: {name: vllm, version: "0.32.0"}
-"""
+INVENTORY = dp_inventory()
 
 
 def planned(load: Load, text: str = INVENTORY) -> tuple[Inventory, ClusterPlan]:

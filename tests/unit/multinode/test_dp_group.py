@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dp_inventory import dp_inventory
+
 from vllmctl.bench.endpoints import endpoints_for
 from vllmctl.inventory.model import EngineSpec, Inventory
 from vllmctl.multinode.group_ops import started_as
@@ -18,21 +20,7 @@ from vllmctl.status.model import ModelStatus
 Load = Callable[[str], Inventory]
 ADDRESSES = {"gpu-01": "192.168.50.1", "gpu-02": "192.168.50.2", "gpu-03": "192.168.50.3"}
 ENGINE = "vllmctl-dsv3-0.service"
-INVENTORY = """\
-groups:
-  wide:
-    hosts: [gpu-01, gpu-02, gpu-03]
-    multi_node: true
-    cluster_interface: eth1
-    launcher: data_parallel
-    data_parallel: {size_local: 8, size: 16}
-models:
-  dsv3:
-    source: deepseek-ai/DeepSeek-V3
-    hosts: wide
-    max_model_len: 8192
-    engine: {name: vllm, version: "0.32.0"}
-"""
+INVENTORY = dp_inventory()
 EXTERNAL = INVENTORY.replace("size: 16}", "size: 16, balancing: external}")
 
 
